@@ -1,0 +1,35 @@
+# The two commands: `make test` and `make demo`. Everything else builds on them.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: test demo lint typecheck pytest bench chaos install clean
+
+# Recreate the environment when the project's dependencies change.
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Highlander needs Python >= 3.11; set PYTHON=python3.11")'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,dev]'
+	@touch $@
+
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check highlander tests scripts
+	$(VENV)/bin/ruff format --check highlander tests scripts
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy --strict highlander
+
+pytest: $(STAMP)
+	$(PY) -m pytest
+
+test: lint typecheck pytest
+
+demo: $(STAMP)
+	$(PY) scripts/demo.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,70 @@
+"""Canonical JSON: the one byte encoding of message payloads and handoffs.
+
+Keys sorted, no whitespace, UTF-8, no NaN or infinities.  Parsing is strict:
+duplicate keys and non-finite numbers are rejected, so one payload has one
+meaning.  Pure code.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class JSONRejected(ValueError):  # noqa: N818 - internal, never escapes the codec
+    """The bytes are not strict JSON; the message says why."""
+
+
+def canonical_json(value: Any) -> bytes:
+    """Encode ``value`` as canonical JSON bytes.
+
+    Raises :class:`JSONRejected` for values JSON cannot carry (non-finite
+    floats, non-string keys, arbitrary objects, nesting too deep).
+    """
+    try:
+        text = json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise JSONRejected(f"not JSON-serialisable: {exc}") from exc
+    return text.encode("utf-8")
+
+
+def _reject_constant(name: str) -> Any:
+    raise JSONRejected(f"non-finite number {name} is not allowed")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise JSONRejected(f"number {text[:20]} overflows a double")
+    return value
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise JSONRejected(f"duplicate key {key!r}")
+        result[key] = value
+    return result
+
+
+def parse_json(data: bytes) -> Any:
+    """Parse strict JSON bytes; raise :class:`JSONRejected` with the cause."""
+    try:
+        text = data.decode("utf-8")
+        return json.loads(
+            text,
+            object_pairs_hook=_no_duplicates,
+            parse_constant=_reject_constant,
+            parse_float=_finite_float,
+        )
+    except JSONRejected:
+        raise
+    except UnicodeDecodeError as exc:
+        raise JSONRejected(f"not UTF-8: {exc.reason} at byte {exc.start}") from exc
+    except RecursionError as exc:
+        raise JSONRejected("nested too deeply") from exc
+    except ValueError as exc:
+        raise JSONRejected(str(exc)) from exc

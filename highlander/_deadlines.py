@@ -1,0 +1,136 @@
+"""Watchdog deadlines as data: when the peer's next move is due.
+
+The state machine says which :class:`Phase` a state waits in; this module
+turns phases and the times the I/O shell feeds in into absolute deadlines.
+Times are plain floats on whatever monotonic clock the shell uses.  The rules:
+
+* every waiting phase has its own timeout, counted from entering the state;
+* in ``STALL`` (the save is running) a PROGRESS whose counter *advances*
+  restarts the timeout; a repeated counter does not, so a stuck loop that
+  keeps sending heartbeats cannot stretch the save forever;
+* ``STALL`` is also capped by an absolute ``ceiling`` from the moment SAVE
+  was sent, however well the save advances.
+
+Pure code: no clock is read here.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, fields
+
+from highlander._errors import ConfigurationError
+
+
+class Phase(enum.Enum):
+    """What a side is waiting for; each phase has one timeout in :class:`Timeouts`."""
+
+    HELLO = "hello"  # newcomer: the incumbent's HELLO after connecting
+    REPLY = "reply"  # newcomer: STATUS_REPLY after STATUS
+    STALL = "stall"  # newcomer: the next advancing PROGRESS, or SAVED
+    CEILING = "ceiling"  # newcomer: the absolute end of a save
+    EXIT = "exit"  # newcomer: the incumbent leaving after ACK_SUCCESSION
+    REQUEST = "request"  # incumbent: SAVE or STATUS after HELLO
+    ACK = "ack"  # incumbent: ACK_SUCCESSION after SAVED
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Watchdog timeouts in seconds; docs/protocol.md has the table.
+
+    ``hello``: the newcomer waits this long for HELLO (and for STATUS_REPLY).
+    ``request``: the incumbent drops a peer that has not sent its request (or
+    its ACK_SUCCESSION) in this time, so a slow peer cannot hold it.
+    ``stall``: the longest a save may go without advancing its progress.
+    ``ceiling``: the longest a save may take, however it advances.
+    ``exit_grace``: how long the incumbent has to leave after ACK_SUCCESSION.
+    ``term_grace``: how long a SIGTERMed incumbent has before SIGKILL.
+    """
+
+    hello: float = 2.0
+    request: float = 5.0
+    stall: float = 10.0
+    ceiling: float = 300.0
+    exit_grace: float = 5.0
+    term_grace: float = 2.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            if not ok or not math.isfinite(value) or value <= 0:
+                raise ConfigurationError(
+                    f"timeouts.{f.name} must be a positive number of seconds, got {value!r}"
+                )
+        if self.ceiling < self.stall:
+            raise ConfigurationError(
+                f"timeouts.ceiling ({self.ceiling}) must be >= timeouts.stall ({self.stall})"
+            )
+
+    def for_phase(self, phase: Phase) -> float:
+        """Return the timeout that governs ``phase``."""
+        return {
+            Phase.HELLO: self.hello,
+            Phase.REPLY: self.hello,
+            Phase.STALL: self.stall,
+            Phase.CEILING: self.ceiling,
+            Phase.EXIT: self.exit_grace,
+            Phase.REQUEST: self.request,
+            Phase.ACK: self.request,
+        }[phase]
+
+
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """The peer must make its next move in ``phase`` by time ``at``."""
+
+    phase: Phase
+    at: float
+
+    def remaining(self, now: float) -> float:
+        """Seconds left until the deadline (negative once it has passed)."""
+        return self.at - now
+
+
+class Watch:
+    """Tracks one side's current deadline as the conversation moves."""
+
+    def __init__(self, timeouts: Timeouts) -> None:
+        self.timeouts = timeouts
+        self._phase: Phase | None = None
+        self._started = 0.0
+        self._ceiling: float | None = None
+        self._last_counter = -1
+
+    def enter(self, phase: Phase | None, now: float) -> None:
+        """Start waiting in ``phase`` (``None``: nothing is expected of the peer)."""
+        if phase is Phase.STALL and self._phase is not Phase.STALL:
+            self._ceiling = now + self.timeouts.ceiling
+            self._last_counter = -1
+        if phase is not self._phase:
+            self._started = now
+        self._phase = phase
+
+    def progress(self, counter: int, now: float) -> bool:
+        """Record a PROGRESS counter; return whether it advanced (and so extended)."""
+        if counter <= self._last_counter:
+            return False
+        self._last_counter = counter
+        self._started = now
+        return True
+
+    @property
+    def last_counter(self) -> int:
+        """The highest PROGRESS counter seen in this save (-1 before the first)."""
+        return self._last_counter
+
+    @property
+    def deadline(self) -> Deadline | None:
+        """The peer's next deadline, or ``None`` when nothing is expected of it."""
+        if self._phase is None:
+            return None
+        at = self._started + self.timeouts.for_phase(self._phase)
+        if self._phase is Phase.STALL and self._ceiling is not None and self._ceiling <= at:
+            return Deadline(Phase.CEILING, self._ceiling)
+        return Deadline(self._phase, at)

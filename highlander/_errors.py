@@ -1,0 +1,127 @@
+"""The exception hierarchy: every error Highlander raises, in one place.
+
+::
+
+    HighlanderError
+    ├── ProtocolError
+    │   ├── LocalProtocolError          we misused the protocol (a bug on our side)
+    │   └── RemoteProtocolError         the peer broke the protocol
+    │       └── SignatureError          the peer's frame is not authentic
+    ├── ConfigurationError              a bad option or environment variable
+    ├── UnsafeRuntimeDirError           the runtime directory could be tampered with
+    ├── SocketPathTooLongError          no socket name fits the kernel's sun_path
+    └── UnsafeSecretError               the per-user secret file could be read by others
+
+Every message says what happened and what to do about it.  Pure code: this
+module imports nothing but the standard library's :mod:`enum`.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Reason(enum.StrEnum):
+    """Why a peer's request was refused: the fixed reason codes of REFUSED.
+
+    ``AUTH``: the frame was not authentic (wrong token, replay, tampering).
+    ``VERSION``: the peer speaks another protocol version.
+    ``MODE``: the holder's mode does not allow the request.
+    ``THRASH``: too many successions in the anti-thrash window.
+    ``BUSY``: another succession is already running.
+    ``INTERNAL``: the holder failed while serving the request.
+    """
+
+    AUTH = "auth"
+    VERSION = "version"
+    MODE = "mode"
+    THRASH = "thrash"
+    BUSY = "busy"
+    INTERNAL = "internal"
+
+
+class HighlanderError(Exception):
+    """Base class of every error Highlander raises.
+
+    Catch this to handle any Highlander failure; the subclasses say which.
+    """
+
+
+class ProtocolError(HighlanderError):
+    """The succession protocol was violated, by us or by the peer.
+
+    ``reason`` is the REFUSED code that best describes the failure, so the I/O
+    shell can tell the peer why it is being dropped.
+    """
+
+    def __init__(self, message: str, *, reason: Reason = Reason.INTERNAL) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class LocalProtocolError(ProtocolError):
+    """Raised when our own side tries something the protocol does not allow.
+
+    For example sending SAVE before HELLO arrived, or building a message with
+    an invalid field.  This is a bug in the caller (or in Highlander): the
+    message names the state and the message; fix the calling code.
+    """
+
+
+class RemoteProtocolError(ProtocolError):
+    """Raised when the peer sends something the protocol does not allow.
+
+    Malformed frames, unknown message types, another protocol version, missing
+    or mistyped fields, a message that is illegal in the current state.  The
+    connection is unusable afterwards; drop it.  If it keeps happening between
+    two Highlander processes, they run incompatible versions: upgrade both.
+    """
+
+
+class SignatureError(RemoteProtocolError):
+    """Raised when a frame's MAC does not verify: it is not authentic.
+
+    Wrong or missing ``HIGHLANDER_TOKEN`` on one side, a replayed, reordered or
+    reflected frame, or a tampered byte.  If both processes are yours, give
+    them the same ``HIGHLANDER_TOKEN`` (set it in the IDE's MCP config for
+    every client that starts the server).
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason=Reason.AUTH)
+
+
+class ConfigurationError(HighlanderError, ValueError):
+    """Raised for an invalid option or environment variable.
+
+    The message names the option, the value received and the valid values.
+    """
+
+
+class UnsafeRuntimeDirError(HighlanderError):
+    """Raised when the runtime directory could be tampered with by someone else.
+
+    The directory that holds the socket, lock and state files must be a real
+    directory (not a symlink), owned by the current user, with no group or
+    other permission bits.  The message says which check failed and the
+    command that fixes it; alternatively point ``HIGHLANDER_RUNTIME_DIR`` at a
+    private directory.
+    """
+
+
+class SocketPathTooLongError(HighlanderError):
+    """Raised when even the short socket name does not fit ``sun_path``.
+
+    Unix-domain socket paths are limited by the kernel (107 bytes on Linux,
+    103 on macOS).  Set ``HIGHLANDER_RUNTIME_DIR`` to a shorter directory.
+    """
+
+
+class UnsafeSecretError(HighlanderError):
+    """Raised when the per-user secret file is not private.
+
+    Without ``HIGHLANDER_TOKEN`` the HMAC key comes from a secret file in the
+    runtime directory; it must be a regular file owned by the current user
+    with mode 0600.  Remove it (a new one is created) or set
+    ``HIGHLANDER_TOKEN``.
+    """
