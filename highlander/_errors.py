@@ -7,6 +7,15 @@
     │   ├── LocalProtocolError          we misused the protocol (a bug on our side)
     │   └── RemoteProtocolError         the peer broke the protocol
     │       └── SignatureError          the peer's frame is not authentic
+    ├── SuccessionRefused               a newcomer could not take over (``reason``)
+    │   ├── AuthenticationError         the incumbent does not share our token
+    │   ├── VersionMismatchError        the incumbent speaks another protocol version
+    │   ├── ModeRefusedError            the incumbent's mode does not allow succession
+    │   ├── ThrashError                 too many successions in the anti-thrash window
+    │   └── SaveFailedError             the incumbent's save hook failed
+    ├── IncumbentUnreachableError       a live holder does not answer on its socket
+    ├── ForeignHolderError              the socket belongs to a process that is not ours
+    ├── Deposed                         this process no longer holds the project
     ├── ConfigurationError              a bad option or environment variable
     ├── UnsafeRuntimeDirError           the runtime directory could be tampered with
     ├── SocketPathTooLongError          no socket name fits the kernel's sun_path
@@ -124,4 +133,98 @@ class UnsafeSecretError(HighlanderError):
     runtime directory; it must be a regular file owned by the current user
     with mode 0600.  Remove it (a new one is created) or set
     ``HIGHLANDER_TOKEN``.
+    """
+
+
+class SuccessionRefused(HighlanderError):  # noqa: N818 - the name users catch
+    """Raised in a newcomer when the incumbent cannot be taken over.
+
+    ``reason`` is the :class:`Reason` code.  The incumbent is untouched and
+    keeps holding the project.  Used through ``Highlander.ensure_singleton``
+    from a script, this ends the process with status 1 and one line on
+    stderr.  The subclasses say what to do.
+    """
+
+    def __init__(self, message: str, *, reason: Reason) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class AuthenticationError(SuccessionRefused):
+    """Raised when the incumbent's frames do not verify with our token (or ours with its).
+
+    Give every client that starts this server the same ``HIGHLANDER_TOKEN``
+    (in each IDE's MCP config), or unset it everywhere.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason=Reason.AUTH)
+
+
+class VersionMismatchError(SuccessionRefused):
+    """Raised when the incumbent speaks another Highlander protocol version.
+
+    Upgrade both to the same Highlander release; until then the incumbent
+    keeps the project.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason=Reason.VERSION)
+
+
+class ModeRefusedError(SuccessionRefused):
+    """Raised when the incumbent runs in OBSERVE or WARN mode and will not be deposed.
+
+    Set the same ``HIGHLANDER_MODE`` for every client; switch all to ``auto``
+    when the rollout reaches that stage.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason=Reason.MODE)
+
+
+class ThrashError(SuccessionRefused):
+    """Raised when too many successions happened in the anti-thrash window.
+
+    Two clients are probably restarting the server in turn.  Stop one of
+    them, or raise ``thrash_limit=`` / ``thrash_window=``.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason=Reason.THRASH)
+
+
+class SaveFailedError(SuccessionRefused):
+    """Raised when the incumbent's save hook failed or returned an invalid handoff.
+
+    The incumbent keeps running with its state.  Its stderr and event log
+    name the exception; fix the save hook.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason=Reason.INTERNAL)
+
+
+class IncumbentUnreachableError(HighlanderError):
+    """Raised when a live process holds the project's lock but does not answer.
+
+    Its socket is missing or it does not speak in time.  ``highlander status``
+    shows the holder; stop it, or remove it from the IDE configuration.
+    """
+
+
+class ForeignHolderError(HighlanderError):
+    """Raised when the project's socket is served by a process that is not a verified holder.
+
+    Another user's process, or one whose kernel identity contradicts what it
+    claims.  Highlander never signals such a process.  The message names its
+    pid and executable: stop it yourself if it is yours.
+    """
+
+
+class Deposed(HighlanderError):  # noqa: N818 - the name users catch
+    """Raised by ``check_current()`` once this process no longer holds the project.
+
+    A successor took over (or the project was released).  Do not write shared
+    state any more: finish up and exit.
     """

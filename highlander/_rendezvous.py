@@ -166,14 +166,19 @@ class ProjectPaths:
     state: str
     events: str
 
+    def private_socket(self, tag: str) -> str:
+        """The name a new listener binds before it is renamed to :attr:`socket`."""
+        return os.path.join(self.runtime_dir, f".{self.base}.{tag}")
+
 
 def project_paths(
     runtime_dir: str, app: str, root: str, *, limit: int | None = None
 ) -> ProjectPaths:
     """Name the files of ``app`` for project ``root`` inside ``runtime_dir``.
 
-    The regular name is ``<app>-<16 hex of the project key>``; when the
-    socket path would exceed ``limit`` (default: this platform's
+    The regular name is ``<app>-<16 hex of the project key>``; when a
+    socket path (the public one, or the private name a listener binds before
+    renaming it into place) would exceed ``limit`` (default: this platform's
     ``sun_path``), a 16-character hash of app and project replaces it.
     """
     limit = sun_path_limit() if limit is None else limit
@@ -183,7 +188,8 @@ def project_paths(
     short = "h" + hashlib.sha256(safe.encode() + b"\0" + key).hexdigest()[: HASH_CHARS - 1]
     for base in (regular, short):
         socket = os.path.join(runtime_dir, base + ".sock")
-        if len(os.fsencode(socket)) <= limit:
+        longest = max(len(os.fsencode(socket)), _private_len(runtime_dir, base))
+        if longest <= limit:
             join = os.path.join
             return ProjectPaths(
                 runtime_dir=runtime_dir,
@@ -193,9 +199,16 @@ def project_paths(
                 state=join(runtime_dir, base + ".state"),
                 events=join(runtime_dir, base + ".events.jsonl"),
             )
-    needed = len(os.fsencode(os.path.join(runtime_dir, short + ".sock")))
+    needed = _private_len(runtime_dir, short)
     raise SocketPathTooLongError(
         f"the socket path in runtime directory {runtime_dir} would be {needed} bytes; the kernel "
         f"allows {limit} (sun_path): set {RUNTIME_VAR} to a shorter directory, "
         f"e.g. /tmp/hl-{os.geteuid()}"
     )
+
+
+PRIVATE_TAG_CHARS = 8
+
+
+def _private_len(runtime_dir: str, base: str) -> int:
+    return len(os.fsencode(os.path.join(runtime_dir, f".{base}.{'x' * PRIVATE_TAG_CHARS}")))

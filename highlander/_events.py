@@ -1,0 +1,144 @@
+"""Decisions as events: one structlog line on stderr and one JSON line on disk.
+
+Every decision Highlander takes is an :class:`Event` kind with context (pid,
+peer pid, generation, mode, duration, reason).  The per-project log
+``<name>.events.jsonl`` is append-only; each line is written with a single
+``write`` on an ``O_APPEND`` descriptor, so concurrent processes never
+interleave within a line.  When it grows past ``max_bytes`` it is rotated to
+``.1`` (one old generation kept) by whoever notices first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import os
+import time
+from typing import Any
+
+from highlander._log import get_logger
+
+DEFAULT_MAX_BYTES = 1024 * 1024
+
+
+class Event(enum.StrEnum):
+    """The kinds of decision Highlander logs."""
+
+    DETECTED = "detected"  # a newcomer found a live holder
+    DUPLICATE = "duplicate"  # OBSERVE/WARN: running alongside the holder
+    HELLO = "hello"
+    SAVE_REQUESTED = "save_requested"
+    PROGRESS = "progress"
+    SAVED = "saved"
+    ACKED = "acked"
+    RELINQUISHED = "relinquished"  # the deposed incumbent gave the project up
+    CLAIMED = "claimed"
+    STALE_CLEARED = "stale_cleared"  # a dead holder's socket file was replaced
+    RELEASED = "released"  # the holder gave the project up without a successor
+    STATUS = "status"
+    BUSY = "busy"
+    REFUSED = "refused"
+    AUTH_FAILED = "auth_failed"
+    PROTOCOL_ERROR = "protocol_error"
+    THRASH = "thrash"
+    TIMEOUT = "timeout"
+    UNREACHABLE = "unreachable"
+    IDENTITY_MISMATCH = "identity_mismatch"
+
+
+class Outcome(enum.StrEnum):
+    """How a process's attempt to hold the project ended: a fixed set."""
+
+    CLAIMED_FREE = "claimed_free"  # nobody held the project
+    CLAIMED_STALE = "claimed_stale"  # the previous holder was gone; its socket was replaced
+    SUCCEEDED = "succeeded"  # took over from a live incumbent, with its handoff
+    DUPLICATE = "duplicate"  # OBSERVE/WARN: runs beside the incumbent
+    REFUSED = "refused"  # the incumbent refused (reason says why)
+    DEPOSED = "deposed"  # (incumbent) handed over to a successor
+    STOPPED = "stopped"  # (incumbent) saved and left on request, no successor
+    RELEASED = "released"  # (incumbent) gave the project up at exit
+
+
+class EventLog:
+    """Writes events for one project to stderr (structlog) and the JSON-lines file."""
+
+    def __init__(
+        self, path: str | None, *, app: str, mode: str, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> None:
+        self.path = path
+        self.app = app
+        self.mode = mode
+        self.max_bytes = max_bytes
+
+    def emit(self, event: Event, /, **fields: Any) -> dict[str, Any]:
+        """Record one decision; return the record as written."""
+        record: dict[str, Any] = {
+            "ts": time.time(),
+            "event": event.value,
+            "app": self.app,
+            "mode": self.mode,
+            "pid": os.getpid(),
+        }
+        record.update({k: v.value if isinstance(v, enum.Enum) else v for k, v in fields.items()})
+        warning = event in _WARNINGS
+        log = get_logger()
+        context = {k: v for k, v in record.items() if k not in ("ts", "event")}
+        (log.warning if warning else log.info)(event.value, **context)
+        if self.path is not None:
+            self._append(json.dumps(record, separators=(",", ":"), default=str) + "\n")
+        return record
+
+    def _append(self, line: str) -> None:
+        assert self.path is not None
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+        try:
+            fd = os.open(self.path, flags, 0o600)
+        except OSError as exc:
+            get_logger().warning("event_log_unwritable", path=self.path, error=exc.strerror)
+            return
+        try:
+            if os.fstat(fd).st_size >= self.max_bytes:
+                self._rotate()
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+    def _rotate(self) -> None:
+        assert self.path is not None
+        # A concurrent rotation may win the race; losing it costs nothing.
+        with contextlib.suppress(OSError):
+            os.replace(self.path, self.path + ".1")
+
+
+_WARNINGS = frozenset(
+    {
+        Event.DUPLICATE,
+        Event.REFUSED,
+        Event.AUTH_FAILED,
+        Event.PROTOCOL_ERROR,
+        Event.THRASH,
+        Event.TIMEOUT,
+        Event.UNREACHABLE,
+        Event.IDENTITY_MISMATCH,
+    }
+)
+
+
+def read_events(path: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """Return the events in ``path`` (and its rotated ``.1``), oldest first.
+
+    Lines that are not JSON objects (a torn write after a crash) are skipped.
+    """
+    events: list[dict[str, Any]] = []
+    for name in (path + ".1", path):
+        try:
+            with open(name, encoding="utf-8", errors="replace") as handle:
+                for line in handle:
+                    with contextlib.suppress(ValueError):
+                        record = json.loads(line)
+                        if isinstance(record, dict):
+                            events.append(record)
+        except FileNotFoundError:
+            continue
+    return events[-limit:] if limit else events

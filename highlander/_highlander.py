@@ -1,0 +1,321 @@
+"""The public handle: ``Highlander.ensure_singleton(...)`` and ``async with Highlander(...)``.
+
+The sync API claims a free project in the caller's thread (no event loop on
+the fast path) and then serves newcomers from a daemon thread with its own
+event loop, so the application's own work cannot block the protocol.  A
+contended start runs the whole newcomer conversation on that thread too.
+The async API does the same inside the caller's event loop.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import inspect
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+import anyio.to_thread
+
+from highlander._deadlines import Timeouts
+from highlander._errors import Deposed, HighlanderError
+from highlander._events import Event, Outcome
+from highlander._incumbent import Incumbent, Reign, SaveHook
+from highlander._log import get_logger
+from highlander._modes import Mode, ThrashPolicy
+from highlander._newcomer import Duplicate, acquire, claim_free
+from highlander._record import HolderRecord, read_record
+from highlander._settings import Settings
+
+#: Safety net on the caller's wait for a contended start (the protocol's own
+#: deadlines end it long before in every case we know of).
+_START_TIMEOUT_MARGIN = 30.0
+
+
+class Highlander:
+    """One process's claim on a project: holder, or (OBSERVE/WARN) a duplicate.
+
+    Keyword options: ``app`` (default: the program's name), ``project``
+    (default: ``HIGHLANDER_PROJECT``, ``CLAUDE_PROJECT_DIR``, the working
+    directory), ``mode`` (``Mode`` or string; default ``HIGHLANDER_MODE``,
+    else AUTO), ``token`` (default ``HIGHLANDER_TOKEN``, else a per-user
+    secret file), ``on_save(progress) -> dict | None`` (sync or async; runs
+    in the incumbent when a successor asks), ``on_deposed()`` (after the
+    successor acknowledged; default: flush and leave the process with status
+    0), ``on_duplicate(record)`` (WARN), ``timeouts``, ``runtime_dir``,
+    ``thrash_limit`` and ``thrash_window``.
+    """
+
+    def __init__(
+        self,
+        *,
+        app: str | None = None,
+        project: str | os.PathLike[str] | None = None,
+        mode: Mode | str | None = None,
+        token: str | bytes | None = None,
+        on_save: SaveHook | None = None,
+        on_deposed: Callable[[], Any] | None = None,
+        on_duplicate: Callable[[HolderRecord | None], Any] | None = None,
+        timeouts: Timeouts | None = None,
+        runtime_dir: str | os.PathLike[str] | None = None,
+        thrash_limit: int = 3,
+        thrash_window: float = 60.0,
+    ) -> None:
+        self._options: dict[str, Any] = {
+            "app": app,
+            "project": project,
+            "mode": mode,
+            "token": token,
+            "timeouts": timeouts,
+            "runtime_dir": runtime_dir,
+            "thrash": ThrashPolicy(thrash_limit, thrash_window),
+        }
+        self._on_save = on_save
+        self._on_deposed = on_deposed
+        self._on_duplicate = on_duplicate
+        #: The predecessor's handoff payload, or ``None``.
+        self.handoff: dict[str, Any] | None = None
+        #: The fencing generation of this reign (0 when not a holder).
+        self.generation = 0
+        #: How the claim ended (claimed_free, claimed_stale, succeeded, duplicate).
+        self.outcome: Outcome | None = None
+        #: The holder's record when this process runs as a duplicate.
+        self.holder: HolderRecord | None = None
+        self.settings: Settings | None = None
+        self._reign: Reign | None = None
+        self._incumbent: Incumbent | None = None
+        self._thread: threading.Thread | None = None
+        self._loop_token: Any = None
+        self._deposed = threading.Event()
+        self._released = False
+        self._task_group: Any = None
+
+    # -- the sync API -----------------------------------------------------------
+
+    @classmethod
+    def ensure_singleton(cls, **options: Any) -> Highlander:
+        """Return once this process holds the project (AUTO) or knows it is a duplicate.
+
+        Meant for the top of ``main()``.  If the project cannot be taken over
+        (wrong token, thrash limit, an unreachable or foreign holder, ...) the
+        process ends with status 1 and one line on stderr saying why and what
+        to do; use ``Highlander(...).acquire()`` to handle the error yourself.
+        """
+        handle = cls(**options)
+        try:
+            handle.acquire()
+        except HighlanderError as exc:
+            sys.stderr.write(f"highlander: {exc}\n")
+            sys.stderr.flush()
+            raise SystemExit(1) from None
+        return handle
+
+    def acquire(self) -> Highlander:
+        """Claim the project like :meth:`ensure_singleton`, raising instead of exiting."""
+        settings = self._resolve()
+        reign = claim_free(settings)
+        if reign is None and settings.mode is not Mode.AUTO:
+            self._become_duplicate(settings)
+            return self
+        started = threading.Event()
+        failure: list[BaseException] = []
+        self._thread = threading.Thread(
+            target=self._thread_main,
+            args=(settings, reign, started, failure),
+            name=f"highlander-{settings.app}",
+            daemon=True,
+        )
+        self._thread.start()
+        if reign is None:
+            bound = settings.timeouts.ceiling + settings.timeouts.exit_grace
+            if not started.wait(bound + _START_TIMEOUT_MARGIN):  # pragma: no cover
+                raise HighlanderError("gave up waiting for the succession to finish")
+            if failure:
+                raise failure[0]
+        else:
+            self._begin(reign)
+        atexit.register(self.release)
+        return self
+
+    def _thread_main(
+        self,
+        settings: Settings,
+        reign: Reign | None,
+        started: threading.Event,
+        failure: list[BaseException],
+    ) -> None:
+        async def main() -> None:
+            self._loop_token = anyio.lowlevel.current_token()
+            chosen = reign
+            if chosen is None:
+                try:
+                    result = await acquire(settings)
+                    assert isinstance(result, Reign)  # AUTO never yields a duplicate
+                    chosen = result
+                    self._begin(chosen)
+                except BaseException as exc:
+                    failure.append(exc)
+                    return
+                finally:
+                    started.set()
+            await self._serve(settings, chosen)
+
+        anyio.run(main)
+
+    # -- the async API ----------------------------------------------------------
+
+    async def __aenter__(self) -> Highlander:
+        settings = self._resolve()
+        result = claim_free(settings) or await acquire(settings)
+        if isinstance(result, Duplicate):
+            self._become_duplicate(settings)
+            return self
+        self._begin(result)
+        self._loop_token = anyio.lowlevel.current_token()
+        self._task_group = anyio.create_task_group()
+        await self._task_group.__aenter__()
+        self._task_group.start_soon(self._serve, settings, result)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        self.release()
+        if self._task_group is not None:
+            self._task_group.cancel_scope.cancel()
+            return bool(await self._task_group.__aexit__(exc_type, exc, tb))
+        return None
+
+    # -- state ------------------------------------------------------------------
+
+    @property
+    def is_holder(self) -> bool:
+        """Whether this process holds the project right now."""
+        return self._reign is not None and not self._deposed.is_set() and not self._released
+
+    @property
+    def mode(self) -> Mode:
+        """The mode in effect."""
+        assert self.settings is not None, "acquire() first"
+        return self.settings.mode
+
+    def check_current(self) -> None:
+        """Raise :class:`Deposed` unless this process still holds the project.
+
+        Call it before a critical write: it checks the in-process state and
+        the generation on disk (fencing), so a deposed holder learns it.
+        """
+        if self._reign is None:
+            raise Deposed(
+                "this process never held the project: it runs as a duplicate "
+                f"({self.outcome.value if self.outcome else 'not acquired'})"
+            )
+        if self._deposed.is_set() or self._released:
+            raise Deposed(f"generation {self.generation} ended: another process holds it now")
+        assert self.settings is not None
+        record = read_record(self.settings.paths.state)
+        if record is not None and record.generation != self.generation:
+            raise Deposed(
+                f"generation {self.generation} is over: the project is at generation "
+                f"{record.generation} (pid {record.pid})"
+            )
+
+    def release(self) -> None:
+        """Give the project up cleanly; idempotent, also runs at interpreter exit."""
+        if self._reign is None or self._released or self._deposed.is_set():
+            return
+        self._released = True
+        incumbent, reign = self._incumbent, self._reign
+        if incumbent is not None:
+            self._stop_serving(incumbent)
+        if incumbent is None or incumbent.outcome is None:
+            reign.listener.close(unlink=not (incumbent and incumbent.handed_over))
+            reign.lock.release()
+            assert self.settings is not None
+            self.settings.events.emit(Event.RELEASED, generation=self.generation)
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.release)
+
+    # -- internals --------------------------------------------------------------
+
+    def _resolve(self) -> Settings:
+        if self.settings is None:
+            self.settings = Settings.resolve(**self._options)
+        return self.settings
+
+    def _begin(self, reign: Reign) -> None:
+        self._reign = reign
+        self.handoff = reign.handoff
+        self.generation = reign.record.generation
+        self.outcome = reign.outcome
+
+    def _become_duplicate(self, settings: Settings) -> None:
+        self.outcome = Outcome.DUPLICATE
+        self.holder = record = read_record(settings.paths.state)
+        holder = f"pid {record.pid}" if record else "an unknown process"
+        settings.events.emit(
+            Event.DUPLICATE, holder_pid=record.pid if record else None, outcome=Outcome.DUPLICATE
+        )
+        if settings.mode is Mode.WARN:
+            since = (
+                time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.since_ms / 1000))
+                if record
+                else "unknown"
+            )
+            get_logger().warning(
+                f"another {settings.app} ({holder}, holding since {since}) already serves "
+                f"{settings.root}; this process runs as a duplicate (HIGHLANDER_MODE=warn)",
+                holder_pid=record.pid if record else None,
+            )
+            if self._on_duplicate is not None:
+                self._on_duplicate(record)
+
+    async def _serve(self, settings: Settings, reign: Reign) -> None:
+        self._incumbent = Incumbent(
+            settings, reign, on_save=self._on_save, on_deposed=self._when_deposed
+        )
+        await self._incumbent.serve()
+
+    async def _when_deposed(self, outcome: Outcome) -> None:
+        self._deposed.set()
+        hook = self._on_deposed
+        if hook is None:
+            _leave_process()
+        elif inspect.iscoroutinefunction(hook):
+            await hook()
+        else:
+            await anyio.to_thread.run_sync(hook)
+
+    def _stop_serving(self, incumbent: Incumbent) -> None:
+        if self._thread is None:  # async API: we are on the serving loop
+            incumbent.stop()
+            return
+        if self._thread is threading.current_thread():  # pragma: no cover - hook calls release
+            incumbent.stop()
+            return
+        with contextlib.suppress(Exception):
+            anyio.from_thread.run_sync(incumbent.stop, token=self._loop_token)
+        incumbent.ended.wait(timeout=5.0)
+
+
+def _leave_process() -> None:
+    """The default ``on_deposed``: the state is saved and handed over; leave now.
+
+    ``os._exit`` because a thread blocked reading stdin (the usual stdio
+    server) would otherwise keep the process alive.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)

@@ -1,0 +1,135 @@
+"""Who a process is, according to the kernel.
+
+A pid is only a number and gets reused; a process is identified by its pid
+*and* its start time (and, as a cross-check, its executable and uid).  On
+Linux everything comes from ``/proc`` and ``SO_PEERCRED``; psutil is the
+fallback where ``/proc`` is absent (imported only there).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import sys
+from dataclasses import dataclass
+from functools import cache
+
+
+@dataclass(frozen=True, slots=True)
+class PeerCredentials:
+    """The credentials the kernel recorded for the other end of a socket."""
+
+    pid: int
+    uid: int
+    gid: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessIdentity:
+    """A process as the kernel describes it: enough to tell it from a pid reuse."""
+
+    pid: int
+    start_time: int
+    exe: str
+    uid: int
+
+
+def peer_credentials(sock: socket.socket) -> PeerCredentials:
+    """Return the kernel's credentials of the peer of a connected Unix socket."""
+    if hasattr(socket, "SO_PEERCRED"):
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        pid, uid, gid = struct.unpack("3i", raw)
+        return PeerCredentials(pid, uid, gid)
+    # macOS: LOCAL_PEERPID (0x002) at SOL_LOCAL (0) and getpeereid via LOCAL_PEERCRED.
+    pid = struct.unpack("i", sock.getsockopt(0, 0x002, 4))[0]  # pragma: no cover - macOS
+    raw = sock.getsockopt(0, 0x001, struct.calcsize("iih16i"))  # pragma: no cover - macOS
+    _version, uid, _ngroups, gid, *_ = struct.unpack("iih16i", raw)  # pragma: no cover
+    return PeerCredentials(pid, uid, gid)  # pragma: no cover
+
+
+@cache
+def boot_id() -> str:
+    """Return this boot's id (start times are only comparable within one boot)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+            return handle.read().strip()
+    except OSError:  # pragma: no cover - not Linux
+        import psutil  # noqa: PLC0415 - only where /proc is absent
+
+        return str(int(psutil.boot_time()))
+
+
+def process_identity(pid: int) -> ProcessIdentity | None:
+    """Return the identity of live process ``pid``, or ``None`` if there is none."""
+    if os.path.isdir("/proc/self"):
+        return _proc_identity(pid)
+    return _psutil_identity(pid)  # pragma: no cover - not Linux
+
+
+def _proc_identity(pid: int) -> ProcessIdentity | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+        status = _status_uid(pid)
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # comm (field 2) may hold spaces and parentheses: split after the last ')'.
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    if fields[0] in (b"Z", b"X"):  # a zombie has released everything it held
+        return None
+    start_time = int(fields[19])  # field 22 of the whole line
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        exe = ""  # kernel threads, or a process we may not inspect
+    return ProcessIdentity(pid=pid, start_time=start_time, exe=exe, uid=status)
+
+
+def _status_uid(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            if line.startswith("Uid:"):
+                return int(line.split()[2])  # the effective uid
+    raise FileNotFoundError(pid)  # pragma: no cover - every status has Uid
+
+
+def _psutil_identity(pid: int) -> ProcessIdentity | None:  # pragma: no cover - not Linux
+    import psutil  # noqa: PLC0415 - only where /proc is absent
+
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return None
+            start = int(proc.create_time() * 100)
+            try:
+                exe = proc.exe()
+            except psutil.AccessDenied:
+                exe = ""
+            return ProcessIdentity(pid=pid, start_time=start, exe=exe, uid=proc.uids().effective)
+    except psutil.NoSuchProcess:
+        return None
+
+
+@cache
+def own_identity() -> ProcessIdentity:
+    """Return this process's identity (cached per process, reset after fork)."""
+    me = process_identity(os.getpid())
+    if me is None:  # pragma: no cover - we are alive
+        raise RuntimeError("cannot read this process's own identity")
+    return me
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=own_identity.cache_clear)
+
+
+def cmdline(pid: int) -> list[str]:
+    """Return the command line of ``pid`` (empty if unreadable)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return list(sys.orig_argv) if pid == os.getpid() else []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]

@@ -1,0 +1,332 @@
+"""The holder's side: serve newcomers, save on request, hand over and step down.
+
+Runs on its own event loop (a background thread for the sync API, the
+caller's task group for the async one), so the application's work never
+delays an answer.  Every connection is checked (same uid, signed frames,
+deadlines) before it can ask for anything; one succession runs at a time,
+and other newcomers get BUSY meanwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+
+from highlander._claim import Listener, ProjectLock
+from highlander._connection import Connection
+from highlander._errors import ProtocolError, Reason, SignatureError
+from highlander._events import Event, Outcome
+from highlander._identity import PeerCredentials, own_identity, peer_credentials
+from highlander._messages import (
+    AckSuccession,
+    Busy,
+    Hello,
+    Intent,
+    ProgressReport,
+    Refused,
+    Save,
+    Saved,
+    Status,
+    StatusReply,
+)
+from highlander._progress import Progress
+from highlander._record import HolderRecord
+from highlander._settings import Settings
+from highlander._state import Role
+from highlander._wire import Overdue, receive_event, send_frame
+
+#: Connections served at once; more are closed on accept (each is bounded by deadlines).
+MAX_CONNECTIONS = 64
+
+SaveHook = Callable[[Progress], Any]
+
+
+@dataclass
+class Reign:
+    """What a holder holds: the lock, the listener, and its record."""
+
+    lock: ProjectLock
+    listener: Listener
+    record: HolderRecord
+    handoff: dict[str, Any] | None
+    outcome: Outcome
+
+
+class Incumbent:
+    """Serves one reign until it is deposed, stopped or released."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        reign: Reign,
+        *,
+        on_save: SaveHook | None,
+        on_deposed: Callable[[Outcome], Awaitable[None]],
+    ) -> None:
+        self.settings = settings
+        self.reign = reign
+        self.on_save = on_save
+        self.on_deposed = on_deposed
+        self.outcome: Outcome | None = None
+        self.ended = threading.Event()
+        #: The lock and listener are out with a successor that has not confirmed yet.
+        self.handed_over = False
+        self._successor: PeerCredentials | None = None
+        self._successor_start = 0
+        self._connections = 0
+        self._stop: anyio.Event | None = None
+
+    async def serve(self) -> Outcome:
+        """Serve until the reign ends; return how it ended."""
+        self._stop = anyio.Event()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._accept_loop, tg)
+                await self._stop.wait()
+                tg.cancel_scope.cancel()
+        finally:
+            self.ended.set()
+        return self.outcome or Outcome.RELEASED
+
+    def stop(self) -> None:
+        """Stop serving (call from the serving loop)."""
+        if self._stop is not None:
+            self._stop.set()
+
+    async def _accept_loop(self, tg: anyio.abc.TaskGroup) -> None:
+        listener = self.reign.listener.sock
+        while True:
+            await anyio.wait_readable(listener)
+            try:
+                sock, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                continue
+            sock.setblocking(False)
+            if self._connections >= MAX_CONNECTIONS:
+                sock.close()
+                continue
+            self._connections += 1
+            tg.start_soon(self._serve_connection, sock)
+
+    async def _serve_connection(self, sock: socket.socket) -> None:
+        peer: PeerCredentials | None = None
+        events = self.settings.events
+        try:
+            peer = peer_credentials(sock)
+            if peer.uid != os.geteuid():
+                events.emit(Event.AUTH_FAILED, peer_pid=peer.pid, reason=f"peer uid {peer.uid}")
+                return
+            await self._converse(sock, peer)
+        except SignatureError as exc:
+            events.emit(Event.AUTH_FAILED, peer_pid=_pid(peer), reason=str(exc))
+        except ProtocolError as exc:
+            events.emit(Event.PROTOCOL_ERROR, peer_pid=_pid(peer), reason=str(exc))
+        except Overdue as exc:
+            events.emit(Event.TIMEOUT, peer_pid=_pid(peer), phase=exc.deadline.phase.value)
+        except OSError as exc:
+            events.emit(Event.PROTOCOL_ERROR, peer_pid=_pid(peer), reason=f"socket: {exc}")
+        finally:
+            self._connections -= 1
+            sock.close()
+
+    async def _converse(self, sock: socket.socket, peer: PeerCredentials) -> None:
+        me, record = own_identity(), self.reign.record
+        conn = Connection(
+            Role.INCUMBENT,
+            key=self.settings.key(),
+            nonce=secrets.token_bytes(16),
+            now=anyio.current_time(),
+            timeouts=self.settings.timeouts,
+        )
+        hello = Hello(
+            pid=me.pid,
+            start_time=me.start_time,
+            exe=me.exe,
+            app=self.settings.app,
+            generation=record.generation,
+            since_ms=record.since_ms,
+            nonce=conn.local_nonce.hex(),
+        )
+        await send_frame(sock, conn.send(hello, anyio.current_time()))
+        request = await receive_event(sock, conn)
+        if isinstance(request, Status):
+            reply = StatusReply(
+                app=self.settings.app,
+                pid=me.pid,
+                generation=record.generation,
+                mode=self.settings.mode.value,
+                since_ms=record.since_ms,
+                busy=self._successor is not None,
+            )
+            await send_frame(sock, conn.send(reply, anyio.current_time()))
+            self.settings.events.emit(Event.STATUS, peer_pid=peer.pid)
+        elif isinstance(request, Save):
+            await self._answer_save(sock, conn, request, peer)
+
+    async def _refuse(
+        self, sock: socket.socket, conn: Connection, reason: Reason, why: str
+    ) -> None:
+        await send_frame(sock, conn.send(Refused(reason, why[:1024]), anyio.current_time()))
+
+    async def _answer_save(
+        self, sock: socket.socket, conn: Connection, save: Save, peer: PeerCredentials
+    ) -> None:
+        events, now_ms = self.settings.events, int(time.time() * 1000)
+        succeed = save.intent is Intent.SUCCEED
+        if self._successor is not None:
+            busy = Busy(pid=self._successor.pid, start_time=self._successor_start)
+            await send_frame(sock, conn.send(busy, anyio.current_time()))
+            events.emit(Event.BUSY, peer_pid=peer.pid, successor_pid=self._successor.pid)
+            return
+        if succeed and not self.settings.mode.deposable:
+            why = f"the holder runs in {self.settings.mode.value} mode and is not deposed"
+            await self._refuse(sock, conn, Reason.MODE, why)
+            events.emit(Event.REFUSED, peer_pid=peer.pid, reason=Reason.MODE, detail=why)
+            return
+        history = self.reign.record.successions_ms
+        if succeed and not self.settings.thrash.allows(history, now_ms):
+            why = self.settings.thrash.explain(history, now_ms)
+            await self._refuse(sock, conn, Reason.THRASH, why)
+            events.emit(Event.THRASH, peer_pid=peer.pid, reason=Reason.THRASH, detail=why)
+            return
+        self._successor, self._successor_start = peer, save.start_time
+        try:
+            await self._hand_over(sock, conn, save, peer)
+        finally:
+            if self.outcome is None:
+                self._successor = None
+
+    async def _hand_over(
+        self, sock: socket.socket, conn: Connection, save: Save, peer: PeerCredentials
+    ) -> None:
+        events, started = self.settings.events, time.monotonic()
+        events.emit(Event.SAVE_REQUESTED, peer_pid=peer.pid, intent=save.intent)
+        try:
+            handoff = await self._run_save(sock, conn)
+            saved = Saved(handoff=handoff, generation=self.reign.record.generation)
+        except Exception as exc:  # the hook's failure is reported, never fatal to the holder
+            if isinstance(exc, ProtocolError):
+                detail = f"the save hook's handoff is invalid: {exc}"
+            else:
+                detail = f"the save hook failed: {type(exc).__name__}: {exc}"
+            await self._refuse(sock, conn, Reason.INTERNAL, detail)
+            events.emit(Event.REFUSED, peer_pid=peer.pid, reason=Reason.INTERNAL, detail=detail)
+            return
+        succeed = save.intent is Intent.SUCCEED
+        fds = [self.reign.lock.fd, self.reign.listener.sock.fileno()] if succeed else []
+        self.handed_over = bool(fds)
+        await send_frame(sock, conn.send(saved, anyio.current_time()), fds)
+        events.emit(
+            Event.SAVED,
+            peer_pid=peer.pid,
+            generation=saved.generation,
+            duration_ms=_ms_since(started),
+        )
+        try:
+            ack = await receive_event(sock, conn)
+        except Overdue:
+            self.handed_over = False
+            raise
+        if not isinstance(ack, AckSuccession):
+            # The successor left without confirming; its copies of the lock
+            # and listener closed with it.  Nothing changed: keep serving.
+            self.handed_over = False
+            events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="ack", reason="successor left")
+            return
+        await self._step_down(Outcome.DEPOSED if succeed else Outcome.STOPPED, peer, started)
+
+    async def _run_save(self, sock: socket.socket, conn: Connection) -> dict[str, Any] | None:
+        """Run the save hook while a pump turns its progress into PROGRESS frames."""
+        wake = anyio.Event()
+        token = anyio.lowlevel.current_token()
+        loop_thread = threading.get_ident()
+
+        def notify() -> None:
+            if threading.get_ident() == loop_thread:
+                wake.set()
+            else:
+                # RuntimeError: the loop is gone; the save outlived its conversation.
+                with contextlib.suppress(RuntimeError):
+                    anyio.from_thread.run_sync(wake.set, token=token)
+
+        progress = Progress(notify)
+        result: list[Any] = []
+
+        async def pump(done: anyio.Event) -> None:
+            nonlocal wake
+            sent = -1
+            start = ProgressReport(counter=0, note="saving")
+            await send_frame(sock, conn.send(start, anyio.current_time()))
+            sent = 0
+            while not done.is_set():
+                await wake.wait()
+                wake = anyio.Event()
+                state = progress.state
+                if state.counter > sent:
+                    step = ProgressReport(state.counter, state.done, state.total, state.note)
+                    await send_frame(sock, conn.send(step, anyio.current_time()))
+                    sent = state.counter
+
+        async def save(done: anyio.Event) -> None:
+            try:
+                result.append(await _call_hook(self.on_save, progress))
+            finally:
+                done.set()
+                wake.set()
+
+        done = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pump, done)
+            tg.start_soon(save, done)
+        value = result[0] if result else None
+        if value is not None and not isinstance(value, dict):
+            raise TypeError(f"on_save must return a dict or None, not {type(value).__name__}")
+        return value
+
+    async def _step_down(self, outcome: Outcome, peer: PeerCredentials, started: float) -> None:
+        self.outcome = outcome
+        events = self.settings.events
+        events.emit(Event.ACKED, peer_pid=peer.pid, duration_ms=_ms_since(started))
+        # A successor has its own copies of the lock and listener: closing ours
+        # frees nothing.  After a plain stop nobody does, so the socket goes too.
+        self.reign.listener.close(unlink=outcome is Outcome.STOPPED)
+        self.reign.lock.release()
+        events.emit(
+            Event.RELINQUISHED,
+            peer_pid=peer.pid,
+            outcome=outcome,
+            generation=self.reign.record.generation,
+        )
+        await self.on_deposed(outcome)
+        self.stop()
+
+
+async def _call_hook(hook: SaveHook | None, progress: Progress) -> Any:
+    if hook is None:
+        return None
+    if inspect.iscoroutinefunction(hook):
+        return await hook(progress)
+    value = await anyio.to_thread.run_sync(hook, progress, abandon_on_cancel=True)
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+def _pid(peer: PeerCredentials | None) -> int | None:
+    return peer.pid if peer is not None else None
+
+
+def _ms_since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)

@@ -1,0 +1,64 @@
+"""The holder's record (``<name>.state``): who holds the project, since when, which reign.
+
+Written only by the process that holds the lock, atomically (a private
+temporary file renamed over the old record), so readers see either the old
+record or the new one, never a torn one.  It carries the fencing generation
+(+1 per claim) and the recent succession times the anti-thrash rule counts.
+A newcomer reads it to name the incumbent (WARN) and, before it would ever
+signal a process that cannot answer, to verify who that process is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class HolderRecord:
+    """The identity and reign of the current (or last) holder."""
+
+    pid: int
+    start_time: int
+    exe: str
+    uid: int
+    boot_id: str
+    app: str
+    mode: str
+    generation: int
+    since_ms: int
+    cmdline: list[str] = field(default_factory=list)
+    successions_ms: list[int] = field(default_factory=list)
+
+
+def read_record(path: str) -> HolderRecord | None:
+    """Return the record at ``path``, or ``None`` if absent or unreadable.
+
+    A corrupt record is treated as absent: it only ever informs, it never
+    decides who holds the project (the lock does).
+    """
+    try:
+        with open(path, "rb") as handle:
+            data: Any = json.loads(handle.read(1024 * 1024))
+        return HolderRecord(**data)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def write_record(path: str, record: HolderRecord) -> None:
+    """Replace the record at ``path`` atomically (caller holds the lock)."""
+    tmp = f"{path}.{secrets.token_hex(6)}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+    fd = os.open(tmp, flags, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(json.dumps(asdict(record), separators=(",", ":")).encode())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

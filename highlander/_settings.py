@@ -1,0 +1,88 @@
+"""Everything one Highlander instance needs to know, resolved once from arguments and env."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from highlander._deadlines import Timeouts
+from highlander._events import EventLog
+from highlander._modes import Mode, ThrashPolicy, resolve_mode
+from highlander._rendezvous import (
+    ProjectPaths,
+    app_name,
+    choose_runtime_dir,
+    ensure_runtime_dir,
+    project_key,
+    project_paths,
+    project_root,
+)
+
+
+def default_app() -> str:
+    """The program's name: the script's stem, or its package for ``python -m pkg``."""
+    main = sys.argv[0] if sys.argv and sys.argv[0] else "highlander"
+    stem = os.path.splitext(os.path.basename(main))[0]
+    if stem == "__main__":
+        stem = os.path.basename(os.path.dirname(os.path.abspath(main))) or "highlander"
+    return stem
+
+
+@dataclass
+class Settings:
+    """Resolved options: names, paths, mode, timeouts, anti-thrash and the event log."""
+
+    app: str
+    root: str
+    paths: ProjectPaths
+    mode: Mode
+    timeouts: Timeouts
+    thrash: ThrashPolicy
+    events: EventLog
+    token: str | bytes | None = None
+    env: Mapping[str, str] = field(default_factory=lambda: os.environ)
+    _key: bytes | None = None
+
+    @classmethod
+    def resolve(
+        cls,
+        *,
+        app: str | None,
+        project: str | os.PathLike[str] | None,
+        mode: Mode | str | None,
+        token: str | bytes | None,
+        timeouts: Timeouts | None,
+        runtime_dir: str | os.PathLike[str] | None,
+        thrash: ThrashPolicy | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Settings:
+        """Resolve every option (argument, then environment, then default)."""
+        env = os.environ if env is None else env
+        name = app_name(app or default_app())
+        root = project_root(project, env=env)
+        directory = ensure_runtime_dir(choose_runtime_dir(runtime_dir, env=env))
+        paths = project_paths(directory, name, root)
+        chosen = resolve_mode(mode, env)
+        return cls(
+            app=name,
+            root=root,
+            paths=paths,
+            mode=chosen,
+            timeouts=timeouts or Timeouts(),
+            thrash=thrash or ThrashPolicy(),
+            events=EventLog(paths.events, app=name, mode=chosen.value),
+            token=token,
+            env=env,
+        )
+
+    def key(self) -> bytes:
+        """The HMAC key for this project (token resolved and HKDF run on first use)."""
+        if self._key is None:
+            from highlander._signing import derive_key  # noqa: PLC0415 - keeps the claim path light
+            from highlander._token import resolve_token  # noqa: PLC0415
+
+            secret = resolve_token(self.token, runtime_dir=self.paths.runtime_dir, env=self.env)
+            self._key = derive_key(secret.secret, project_key(self.root))
+        return self._key
