@@ -134,6 +134,9 @@ class Listener:
             if ok:
                 sock.set_inheritable(False)
                 sock.setblocking(False)
+                # listen() again records *our* credentials on the socket, so
+                # SO_PEERCRED names the new holder to clients that connect now.
+                sock.listen(BACKLOG)
                 return cls(sock, paths.socket, _file_id(paths.socket))
         except OSError:
             pass

@@ -191,7 +191,10 @@ class Incumbent:
             events.emit(Event.BUSY, peer_pid=peer.pid, successor_pid=self._successor.pid)
             return
         if succeed and not self.settings.mode.deposable:
-            why = f"the holder runs in {self.settings.mode.value} mode and is not deposed"
+            why = (
+                f"the holder runs in {self.settings.mode.value} mode and is not deposed: "
+                "give every client the same HIGHLANDER_MODE"
+            )
             await self._refuse(sock, conn, Reason.MODE, why)
             events.emit(Event.REFUSED, peer_pid=peer.pid, reason=Reason.MODE, detail=why)
             return

@@ -60,6 +60,8 @@ from highlander._wire import Overdue, close_fds, receive_event, send_frame, unix
 
 #: Upper bound on acquisition attempts (each one is itself bounded by deadlines).
 MAX_ATTEMPTS = 200
+#: Identity mismatches tolerated (a handover in flight) before the holder is called foreign.
+MAX_MISMATCHES = 3
 _REFUSALS: dict[Reason, Callable[[str], SuccessionRefused]] = {
     Reason.AUTH: AuthenticationError,
     Reason.VERSION: VersionMismatchError,
@@ -74,6 +76,14 @@ class Duplicate:
     """OBSERVE/WARN: a live holder exists and we run beside it."""
 
     record: HolderRecord | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Mismatch:
+    """HELLO contradicts the kernel; ``problem`` says how."""
+
+    pid: int
+    problem: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +149,7 @@ async def acquire(settings: Settings, *, intent: Intent = Intent.SUCCEED) -> Rei
     """Hold the project (or learn that we run as a duplicate); see the module docstring."""
     timeouts, events = settings.timeouts, settings.events
     unreachable_since: float | None = None
+    mismatches = 0
     delay = 0.001
     for _ in range(MAX_ATTEMPTS):
         reign = claim_free(settings)
@@ -153,6 +164,18 @@ async def acquire(settings: Settings, *, intent: Intent = Intent.SUCCEED) -> Rei
             return result
         if isinstance(result, _Wait):
             await wait_for_exit(result.pid, timeouts.stall)
+            continue
+        if isinstance(result, _Mismatch):
+            # A client that connected while the listener was being handed over
+            # sees the predecessor's credentials; a fresh connection sees the
+            # holder's.  A mismatch that persists is not a handover.
+            mismatches += 1
+            if mismatches >= MAX_MISMATCHES:
+                events.emit(Event.IDENTITY_MISMATCH, peer_pid=result.pid, reason=result.problem)
+                raise ForeignHolderError(
+                    f"{settings.paths.socket} is served by pid {result.pid}, which is not a "
+                    f"verified holder ({result.problem}); Highlander will not depose it"
+                )
             continue
         if result is None:  # nobody answers although the lock is held
             now = time.monotonic()
@@ -200,13 +223,15 @@ async def _connect(path: str) -> socket.socket | None:
     return sock
 
 
-async def _attempt(settings: Settings, intent: Intent) -> Reign | _Wait | _Retry | None:
+async def _attempt(settings: Settings, intent: Intent) -> Reign | _Wait | _Retry | _Mismatch | None:
     sock = await _connect(settings.paths.socket)
     if sock is None:
         return None
     fds: list[int] = []
     try:
         return await _converse(settings, sock, intent, fds)
+    except (BrokenPipeError, ConnectionResetError):
+        return _RETRY  # the holder went away mid-conversation (e.g. it was just deposed)
     except Overdue as exc:
         settings.events.emit(Event.TIMEOUT, phase=exc.deadline.phase.value)
         if exc.deadline.phase.value == "hello":
@@ -233,7 +258,7 @@ async def _attempt(settings: Settings, intent: Intent) -> Reign | _Wait | _Retry
 
 async def _converse(
     settings: Settings, sock: socket.socket, intent: Intent, fds: list[int]
-) -> Reign | _Wait | _Retry:
+) -> Reign | _Wait | _Retry | _Mismatch:
     events, me = settings.events, own_identity()
     peer = peer_credentials(sock)
     if peer.uid != os.geteuid():
@@ -254,7 +279,9 @@ async def _converse(
     if isinstance(hello, Closed):
         return _RETRY
     assert isinstance(hello, Hello)
-    _verify_hello(settings, hello, peer.pid)
+    problem = _hello_problem(settings, hello, peer.pid)
+    if problem is not None:
+        return _Mismatch(peer.pid, problem)
     events.emit(Event.HELLO, peer_pid=peer.pid, generation=hello.generation)
     assert conn.peer_nonce is not None
     save = Save(me.pid, me.start_time, conn.local_nonce.hex(), conn.peer_nonce.hex(), intent)
@@ -292,21 +319,16 @@ async def _converse(
     return _take_over(settings, lock, listener, event.handoff, event.generation, peer.pid, started)
 
 
-def _verify_hello(settings: Settings, hello: Hello, kernel_pid: int) -> None:
-    identity = process_identity(kernel_pid)
-    problem = None
+def _hello_problem(settings: Settings, hello: Hello, kernel_pid: int) -> str | None:
+    """What is wrong with HELLO's identity claim, or ``None``."""
     if hello.pid != kernel_pid:
-        problem = f"HELLO claims pid {hello.pid} but the kernel says {kernel_pid}"
-    elif identity is None or identity.start_time != hello.start_time:
-        problem = f"HELLO's start time does not match pid {kernel_pid}'s"
-    elif hello.app != settings.app:
-        problem = f"HELLO is from app {hello.app!r}, expected {settings.app!r}"
-    if problem:
-        settings.events.emit(Event.IDENTITY_MISMATCH, peer_pid=kernel_pid, reason=problem)
-        raise ForeignHolderError(
-            f"{settings.paths.socket} is served by pid {kernel_pid}, which is not a verified "
-            f"holder ({problem}); Highlander will not depose it"
-        )
+        return f"HELLO claims pid {hello.pid} but the kernel says {kernel_pid}"
+    identity = process_identity(kernel_pid)
+    if identity is None or identity.start_time != hello.start_time:
+        return f"HELLO's start time does not match pid {kernel_pid}'s"
+    if hello.app != settings.app:
+        return f"HELLO is from app {hello.app!r}, expected {settings.app!r}"
+    return None
 
 
 def _adopt(

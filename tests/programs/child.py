@@ -1,0 +1,116 @@
+"""A Highlander user process for the tests, configured by the HL_CHILD JSON env var.
+
+It writes nothing to stdout (the tests check that); it reports to the test
+through the pipe named by HL_READY_FD and appends acquire/release lines with
+a CLOCK_MONOTONIC timestamp to the witness file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from highlander import Highlander, Progress, Timeouts
+
+cfg: dict[str, Any] = json.loads(os.environ["HL_CHILD"])
+ready_fd = int(os.environ.get("HL_READY_FD", "-1"))
+state = {"counter": 0}
+
+
+def report(**fields: Any) -> None:
+    if ready_fd >= 0:
+        os.write(ready_fd, (json.dumps({"pid": os.getpid(), **fields}) + "\n").encode())
+
+
+def witness(what: str, generation: int) -> None:
+    path = cfg.get("witness")
+    if path:
+        line = f"{what} {os.getpid()} {generation} {time.monotonic_ns()}\n"
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.write(fd, line.encode())
+        os.close(fd)
+
+
+def save(progress: Progress) -> dict[str, Any]:
+    steps = int(cfg.get("steps", 3))
+    for i in range(steps):
+        time.sleep(float(cfg.get("step_delay", 0.01)))
+        progress.advance(f"step {i}", done=i + 1, total=steps)
+    return {"counter": state["counter"], "blob": cfg.get("blob", ""), "from": os.getpid()}
+
+
+async def async_save(progress: Progress) -> dict[str, Any]:
+    import anyio
+
+    for i in range(int(cfg.get("steps", 3))):
+        await anyio.sleep(float(cfg.get("step_delay", 0.01)))
+        progress.advance(f"step {i}")
+    return {"counter": state["counter"], "from": os.getpid()}
+
+
+def options() -> dict[str, Any]:
+    opts: dict[str, Any] = {"app": cfg.get("app", "child"), "on_save": save}
+    for key in ("mode", "thrash_limit", "thrash_window", "token"):
+        if key in cfg:
+            opts[key] = cfg[key]
+    if "timeouts" in cfg:
+        opts["timeouts"] = Timeouts(**cfg["timeouts"])
+    if cfg.get("witness_deposed", True):
+
+        def deposed() -> None:
+            witness("release", current["generation"])
+            report(event="deposed")
+            os._exit(0)
+
+        opts["on_deposed"] = deposed
+    if cfg.get("warn_callback"):
+        opts["on_duplicate"] = lambda record: report(event="on_duplicate", holder=record.pid)
+    return opts
+
+
+current = {"generation": 0}
+
+
+def reign(hl: Highlander) -> None:
+    state["counter"] = (hl.handoff or {}).get("counter", 0) + 1
+    current["generation"] = hl.generation
+    if hl.is_holder:
+        witness("acquire", hl.generation)
+    report(
+        event="ready",
+        generation=hl.generation,
+        handoff=hl.handoff,
+        outcome=hl.outcome.value if hl.outcome else None,
+        is_holder=hl.is_holder,
+        counter=state["counter"],
+    )
+
+
+def main() -> None:
+    if cfg.get("async"):
+        import anyio
+
+        async def run() -> None:
+            opts = options()
+            opts["on_save"] = async_save
+            async with Highlander(**opts) as hl:
+                reign(hl)
+                await anyio.sleep(float(cfg.get("hold", 30)))
+                if hl.is_holder:
+                    witness("release", hl.generation)
+
+        anyio.run(run)
+        return
+    hl = Highlander.ensure_singleton(**options())
+    reign(hl)
+    time.sleep(float(cfg.get("hold", 30)))
+    if hl.is_holder:
+        witness("release", hl.generation)
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)
