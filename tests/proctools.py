@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
 import select
@@ -109,14 +111,10 @@ class Children:
     def cleanup(self) -> None:
         for child in self.started:
             if child.proc.poll() is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(child.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired, ValueError):
                 child.proc.communicate(timeout=WAIT)
-            except (subprocess.TimeoutExpired, ValueError):
-                pass
             os.close(child.reports)
 
     def reigns(self) -> list[tuple[int, int, int, int]]:
@@ -136,7 +134,7 @@ class Children:
 
 def assert_no_overlap(reigns: list[tuple[int, int, int, int]]) -> None:
     """At no instant did two processes both hold the project."""
-    for before, after in zip(reigns, reigns[1:], strict=False):
+    for before, after in itertools.pairwise(reigns):
         assert before[3] <= after[2], f"two holders at once: {before} and {after}"
 
 
