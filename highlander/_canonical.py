@@ -22,12 +22,28 @@ def canonical_json(value: Any) -> bytes:
     floats, non-string keys, arbitrary objects, nesting too deep).
     """
     try:
+        _check_keys(value)
         text = json.dumps(
             value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
         )
+        return text.encode("utf-8")
     except (TypeError, ValueError, RecursionError) as exc:
+        # UnicodeEncodeError (a lone surrogate) is a ValueError too.
         raise JSONRejected(f"not JSON-serialisable: {exc}") from exc
-    return text.encode("utf-8")
+
+
+def _check_keys(value: Any, depth: int = 0) -> None:
+    """Refuse non-string keys: json.dumps would silently turn ``{1: x}`` into ``{"1": x}``."""
+    if depth > 256:
+        raise JSONRejected("nested too deeply")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise JSONRejected(f"object key {key!r} is not a string")
+            _check_keys(item, depth + 1)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _check_keys(item, depth + 1)
 
 
 def _reject_constant(name: str) -> Any:

@@ -83,7 +83,12 @@ class FrameDecoder:
             )
 
     def next_frame(self) -> bytes | NeedData:
-        """Return the next complete frame body, or :data:`NEED_DATA`."""
+        """Return the next complete frame body, or :data:`NEED_DATA`.
+
+        A bad length header raises only when its frame is next: the complete
+        frames before it are returned first.
+        """
+        self._check_header()
         if len(self._buffer) < HEADER.size:
             return NEED_DATA
         (length,) = HEADER.unpack_from(self._buffer)
@@ -92,7 +97,6 @@ class FrameDecoder:
             return NEED_DATA
         body = bytes(self._buffer[HEADER.size : end])
         del self._buffer[:end]
-        self._check_header()
         return body
 
     def describe_partial(self) -> str:
@@ -129,7 +133,7 @@ def decode_payload(payload: bytes) -> tuple[int, Message]:
     if not isinstance(data, dict):
         raise RemoteProtocolError(f"payload must be a JSON object, got {type(data).__name__}")
     version = data.get("v")
-    if version != PROTOCOL_VERSION:
+    if type(version) is not int or version != PROTOCOL_VERSION:
         raise RemoteProtocolError(
             f"peer speaks protocol version {version!r}; this Highlander speaks "
             f"{PROTOCOL_VERSION}: run the same Highlander version on both sides",

@@ -91,6 +91,7 @@ class Connection:
         self._watch.enter(self._machine.waiting_for, now)
         self._send_seq = 0
         self._recv_seq = 0
+        self._sent_counter = -1
         self._eof = False
 
     @property
@@ -133,7 +134,7 @@ class Connection:
         """
         target = self._machine.next_state(Event.SENT, message.TYPE)
         try:
-            self._check_outgoing_nonces(message)
+            self._check_outgoing(message)
             payload = encode_payload(message, self._send_seq)
             inc, new = self._send_nonces()
             tag = sign(self._key, _SENDS[self.role], inc, new, self._send_seq, payload)
@@ -142,8 +143,19 @@ class Connection:
             self._machine.move(State.ERROR)
             raise
         self._send_seq += 1
+        if isinstance(message, ProgressReport):
+            self._sent_counter = message.counter
         self._enter(target, now)
         return frame
+
+    def _check_outgoing(self, message: Message) -> None:
+        if isinstance(message, ProgressReport):
+            if message.counter < self._sent_counter:
+                raise LocalProtocolError(
+                    f"PROGRESS counter must not go backwards ({message.counter} after "
+                    f"{self._sent_counter})"
+                )
+        self._check_outgoing_nonces(message)
 
     def _check_outgoing_nonces(self, message: Message) -> None:
         if isinstance(message, Hello) and message.nonce != self.local_nonce.hex():

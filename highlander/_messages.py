@@ -60,6 +60,11 @@ def _text(message: Message, name: str, *, limit: int = MAX_TEXT, empty: bool = F
         raise _fail(type(message), name, "must not be empty")
     if len(value) > limit:
         raise _fail(type(message), name, f"is {len(value)} characters; the limit is {limit}")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise _fail(type(message), name, "is not valid Unicode (lone surrogate)") from None
 
 
 def _nonce(message: Message, name: str) -> None:
