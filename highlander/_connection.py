@@ -149,12 +149,11 @@ class Connection:
         return frame
 
     def _check_outgoing(self, message: Message) -> None:
-        if isinstance(message, ProgressReport):
-            if message.counter < self._sent_counter:
-                raise LocalProtocolError(
-                    f"PROGRESS counter must not go backwards ({message.counter} after "
-                    f"{self._sent_counter})"
-                )
+        if isinstance(message, ProgressReport) and message.counter < self._sent_counter:
+            raise LocalProtocolError(
+                f"PROGRESS counter must not go backwards ({message.counter} after "
+                f"{self._sent_counter})"
+            )
         self._check_outgoing_nonces(message)
 
     def _check_outgoing_nonces(self, message: Message) -> None:

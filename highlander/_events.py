@@ -17,7 +17,7 @@ import os
 import time
 from typing import Any
 
-from highlander._log import get_logger
+from highlander._log import log
 
 DEFAULT_MAX_BYTES = 1024 * 1024
 
@@ -81,10 +81,8 @@ class EventLog:
             "pid": os.getpid(),
         }
         record.update({k: v.value if isinstance(v, enum.Enum) else v for k, v in fields.items()})
-        warning = event in _WARNINGS
-        log = get_logger()
         context = {k: v for k, v in record.items() if k not in ("ts", "event")}
-        (log.warning if warning else log.info)(event.value, **context)
+        log("warning" if event in _WARNINGS else "info", event.value, **context)
         if self.path is not None:
             self._append(json.dumps(record, separators=(",", ":"), default=str) + "\n")
         return record
@@ -95,7 +93,7 @@ class EventLog:
         try:
             fd = os.open(self.path, flags, 0o600)
         except OSError as exc:
-            get_logger().warning("event_log_unwritable", path=self.path, error=exc.strerror)
+            log("warning", "event_log_unwritable", path=self.path, error=exc.strerror)
             return
         try:
             if os.fstat(fd).st_size >= self.max_bytes:

@@ -29,7 +29,7 @@ from highlander._deadlines import Timeouts
 from highlander._errors import Deposed, HighlanderError
 from highlander._events import Event, Outcome
 from highlander._incumbent import Incumbent, Reign, SaveHook
-from highlander._log import get_logger
+from highlander._log import flush, hold, log
 from highlander._modes import Mode, ThrashPolicy
 from highlander._newcomer import Duplicate, acquire, claim_free
 from highlander._record import HolderRecord, read_record
@@ -113,6 +113,7 @@ class Highlander:
         try:
             handle.acquire()
         except HighlanderError as exc:
+            flush()
             sys.stderr.write(f"highlander: {exc}\n")
             sys.stderr.flush()
             raise SystemExit(1) from None
@@ -120,6 +121,10 @@ class Highlander:
 
     def acquire(self) -> Highlander:
         """Claim the project like :meth:`ensure_singleton`, raising instead of exiting."""
+        with hold():
+            return self._acquire()
+
+    def _acquire(self) -> Highlander:
         settings = self._resolve()
         reign = claim_free(settings)
         if reign is None and settings.mode is not Mode.AUTO:
@@ -174,7 +179,8 @@ class Highlander:
 
     async def __aenter__(self) -> Highlander:
         settings = self._resolve()
-        result = claim_free(settings) or await acquire(settings)
+        with hold():
+            result = claim_free(settings) or await acquire(settings)
         if isinstance(result, Duplicate):
             self._become_duplicate(settings)
             return self
@@ -273,7 +279,8 @@ class Highlander:
                 if record
                 else "unknown"
             )
-            get_logger().warning(
+            log(
+                "warning",
                 f"another {settings.app} ({holder}, holding since {since}) already serves "
                 f"{settings.root}; this process runs as a duplicate (HIGHLANDER_MODE=warn)",
                 holder_pid=record.pid if record else None,
@@ -315,6 +322,7 @@ def _leave_process() -> None:
     ``os._exit`` because a thread blocked reading stdin (the usual stdio
     server) would otherwise keep the process alive.
     """
+    flush()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()

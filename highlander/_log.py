@@ -1,24 +1,87 @@
 """Structured logs on stderr, never stdout (stdout is the MCP JSON-RPC stream).
 
-structlog is imported on first use, so a process that never logs never pays
-for it.  The application's own structlog configuration is left alone: this
-module wraps its own logger instead of calling ``structlog.configure``.
+Lines are rendered by structlog on a small daemon thread, not by the caller:
+importing and configuring structlog costs tens of milliseconds, which must
+not land on a succession's critical path.  While a claim is in flight
+(:func:`hold`) lines wait in a queue; they are written as soon as it ends,
+and :func:`flush` (called before the process leaves) writes whatever is left.
+
+The application's own structlog configuration is left alone: this module
+wraps its own logger instead of calling ``structlog.configure``.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import os
+import queue
 import sys
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 _warned: set[str] = set()
+_Item = tuple[str, str, dict[str, Any]] | threading.Event
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
+        self.thread: threading.Thread | None = None
+        self.holds = 0
+        self.lock = threading.Lock()
+
+    def put(self, item: _Item) -> None:
+        self.queue.put(item)
+        if self.holds == 0:
+            self.start()
+
+    def start(self) -> None:
+        with self.lock:
+            if self.thread is None:
+                self.thread = threading.Thread(target=self.run, name="highlander-log", daemon=True)
+                self.thread.start()
+
+    def run(self) -> None:
+        logger = get_logger()
+        while True:
+            item = self.queue.get()
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            level, event, fields = item
+            with contextlib.suppress(Exception):  # a broken stderr must not break the holder
+                getattr(logger, level)(event, **fields)
+
+
+_sink = _Sink()
+
+
+def _reset_after_fork() -> None:
+    global _sink  # noqa: PLW0603 - the child must not share the parent's dead thread
+    _sink = _Sink()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+class _CurrentStderr:
+    """Writes to whatever ``sys.stderr`` is now (tests and apps may replace it)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
 
 
 def get_logger() -> Any:
-    """Return a structlog logger that writes one line per event to ``sys.stderr``."""
-    import structlog  # noqa: PLC0415 - lazy: most processes never log
+    """Return a structlog logger that writes one key=value line per event to stderr."""
+    import structlog  # noqa: PLC0415 - lazy: imported on the log thread
 
     return structlog.wrap_logger(
-        structlog.PrintLogger(file=sys.stderr),
+        structlog.PrintLogger(file=_CurrentStderr()),  # type: ignore[arg-type]
         processors=[
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
@@ -26,6 +89,11 @@ def get_logger() -> Any:
         ],
         context_class=dict,
     ).bind(logger="highlander")
+
+
+def log(level: str, event: str, **fields: Any) -> None:
+    """Queue one log line (``level`` is ``info`` or ``warning``) for stderr."""
+    _sink.put((level, event, fields))
 
 
 def warn_once(key: str, event: str, **fields: Any) -> bool:
@@ -36,5 +104,33 @@ def warn_once(key: str, event: str, **fields: Any) -> bool:
     if key in _warned:
         return False
     _warned.add(key)
-    get_logger().warning(event, **fields)
+    log("warning", event, **fields)
     return True
+
+
+@contextlib.contextmanager
+def hold() -> Iterator[None]:
+    """Keep log lines queued (not rendered) while the block runs: a latency-critical claim."""
+    with _sink.lock:
+        _sink.holds += 1
+    try:
+        yield
+    finally:
+        with _sink.lock:
+            _sink.holds -= 1
+        if _sink.holds == 0 and not _sink.queue.empty():
+            _sink.start()
+
+
+def flush(timeout: float = 2.0) -> None:
+    """Write every queued line to stderr (bounded by ``timeout``)."""
+    if _sink.queue.empty():
+        return
+    done = threading.Event()
+    _sink.queue.put(done)
+    _sink.start()
+    done.wait(timeout)
+
+
+# Registered on import, before any release handler, so it runs after all of them.
+atexit.register(flush)

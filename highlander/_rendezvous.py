@@ -121,10 +121,7 @@ def ensure_runtime_dir(path: str) -> str:
     foreign owner or any group/other permission bit, with the fix.
     """
     try:
-        os.makedirs(path, mode=0o700)
-        os.chmod(path, 0o700)  # makedirs' mode is filtered by the umask
-    except FileExistsError:
-        pass
+        _make_private_dirs(path)
     except OSError as exc:
         raise UnsafeRuntimeDirError(
             f"cannot create the runtime directory {path}: {exc.strerror}; "
@@ -153,6 +150,24 @@ def ensure_runtime_dir(path: str) -> str:
             f"reach the socket: chmod 700 {path}, {hint}"
         )
     return path
+
+
+def _make_private_dirs(path: str) -> None:
+    """Create ``path`` and any missing parents, each 0700 whatever the umask."""
+    missing: list[str] = []
+    current = os.path.abspath(path)
+    while not os.path.lexists(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:
+            continue  # a concurrent creator won; the checks below still apply
+        os.chmod(directory, 0o700)  # mkdir's mode is filtered by the umask
 
 
 @dataclass(frozen=True, slots=True)

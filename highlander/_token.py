@@ -22,7 +22,8 @@ from highlander._log import warn_once
 TOKEN_VAR = "HIGHLANDER_TOKEN"  # noqa: S105 - a variable name, not a secret
 SECRET_FILE = "secret"  # noqa: S105 - a file name, not a secret
 MIN_TOKEN_CHARS = 16
-_OPEN_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: a FIFO planted under the secret's name must not hang the open.
+_OPEN_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +49,8 @@ def resolve_token(
     variable often passes an empty string).
     """
     env = os.environ if env is None else env
-    if explicit:
-        secret = explicit.encode() if isinstance(explicit, str) else explicit
+    if explicit and explicit.strip():
+        secret = explicit.strip().encode() if isinstance(explicit, str) else explicit.strip()
         source = "token= argument"
     elif env.get(TOKEN_VAR, "").strip():
         secret = env[TOKEN_VAR].strip().encode()
@@ -88,14 +89,15 @@ def load_or_create_secret(runtime_dir: str) -> bytes:
             f"cannot open the secret file {path}: {exc.strerror}; remove it "
             f"(a new one is created) or set {TOKEN_VAR}"
         ) from exc
-    with os.fdopen(fd, "rb") as handle:
-        st = os.fstat(handle.fileno())
-        problem = _secret_problem(st)
+    try:
+        problem = _secret_problem(os.fstat(fd))
         if problem:
             raise UnsafeSecretError(
                 f"secret file {path} {problem}: remove it (a new one is created) or set {TOKEN_VAR}"
             )
-        secret = handle.read(4096).strip()
+        secret = os.read(fd, 4096).strip()
+    finally:
+        os.close(fd)
     if len(secret) < MIN_TOKEN_CHARS:
         raise UnsafeSecretError(
             f"secret file {path} is empty or truncated: remove it (a new one is created) "

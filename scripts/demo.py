@@ -1,9 +1,10 @@
-"""`make demo`: a full succession handshake between the two state machines.
+"""`make demo`: the one-command tour.
 
-Today the demo runs in memory (no sockets, no processes): an incumbent that
-holds generation 7 is asked to save by a newcomer, reports progress three
-times, hands over its state and is acknowledged.  Every frame is printed with
-its direction, its size on the wire and when it was sent.
+Part 1 runs the protocol in memory (no sockets, no processes): both state
+machines, every frame with its direction, size and time.  Part 2 is the real
+thing: two server processes for one project; the second takes over, the
+first saves (reporting progress), hands its state over and leaves; the
+timeline comes from the project's event log.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from highlander._signing import derive_key
 from highlander._state import Role
 
 
-def main() -> int:
+def in_memory() -> int:
     project = "/home/alice/src/shop"
     key = derive_key(b"demo-token-not-secret", hashlib.sha256(project.encode()).digest())
     start = time.perf_counter()
@@ -71,7 +72,7 @@ def main() -> int:
     received += pair.send(new, AckSuccession())
     received += pair.deliver(new, b"")  # the incumbent leaves: end of stream
 
-    print(f"Highlander succession, in memory (project {project})\n")
+    print(f"Succession between the two state machines (project {project})\n")
     print(f"{'elapsed µs':>10}  {'direction':<22} {'message':<15} {'bytes':>5}  detail")
     for sent in pair.timeline:
         arrow = "incumbent → newcomer" if sent.sender is inc else "newcomer → incumbent"
@@ -99,6 +100,19 @@ def _detail(message: object) -> str:
     if isinstance(message, Saved):
         return f"handoff {message.handoff}"
     return ""
+
+
+def two_processes() -> int:
+    from demo_processes import run  # noqa: PLC0415 - part 2 lives next to this script
+
+    return run()
+
+
+def main() -> int:
+    print("== 1. The protocol, in memory ==\n")
+    status = in_memory()
+    print("\n== 2. Two real processes, one project ==\n")
+    return status or two_processes()
 
 
 if __name__ == "__main__":
