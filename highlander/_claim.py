@@ -28,9 +28,16 @@ import os
 import secrets
 import socket
 import stat
+import time
 from dataclasses import dataclass
+from typing import Any
 
+from highlander._errors import ForeignHolderError
+from highlander._events import Event, Outcome
+from highlander._identity import boot_id, cmdline, own_identity, peer_credentials, process_identity
+from highlander._record import HolderRecord, read_record, write_record
 from highlander._rendezvous import PRIVATE_TAG_CHARS, ProjectPaths
+from highlander._settings import Settings
 
 BACKLOG = 128
 
@@ -96,6 +103,7 @@ class Listener:
 
         Returns the listener and whether a stale socket file was replaced.
         """
+        _refuse_live_listener(paths.socket)
         tmp = paths.private_socket(secrets.token_hex(PRIVATE_TAG_CHARS // 2))
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
@@ -167,3 +175,101 @@ def _bound_here(sock: socket.socket, paths: ProjectPaths) -> bool:
     bound = name.decode() if isinstance(name, bytes) else str(name)
     directory, base = os.path.split(bound)
     return directory == paths.runtime_dir and base.startswith(f".{paths.base}.")
+
+
+def _refuse_live_listener(path: str) -> None:
+    """Raise :class:`ForeignHolderError` if a live process listens at ``path``.
+
+    Called under the lock: a Highlander holder would hold the lock, so a live
+    listener here is some other program.  It is left alone (never signalled,
+    its path never replaced).
+    """
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    probe.setblocking(False)
+    try:
+        probe.connect(path)
+    except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
+        return  # nothing there, or a stale socket file: ours to replace
+    except BlockingIOError:
+        pass  # alive, with a full backlog
+    except OSError:
+        return  # not a socket at all: replacing the name is safe
+    try:
+        peer = peer_credentials(probe)
+        who = process_identity(peer.pid)
+        exe = who.exe if who else "unknown"
+        detail = f"pid {peer.pid} ({exe}, uid {peer.uid})"
+    except OSError:
+        detail = "a process"
+    finally:
+        probe.close()
+    raise ForeignHolderError(
+        f"{detail} listens on {path} but does not hold the project's lock: it is not a "
+        "Highlander holder. Highlander never signals it; stop it or point it elsewhere"
+    )
+
+
+@dataclass
+class Reign:
+    """What a holder holds: the lock, the listener, and its record."""
+
+    lock: ProjectLock
+    listener: Listener
+    record: HolderRecord
+    handoff: dict[str, Any] | None
+    outcome: Outcome
+
+
+def claim_free(settings: Settings) -> Reign | None:
+    """Claim the project if no live process holds it (no waiting, no network).
+
+    Raises :class:`ForeignHolderError` if a non-Highlander process listens on
+    the project's socket path.
+    """
+    lock = ProjectLock.try_acquire(settings.paths.lock)
+    if lock is None:
+        return None
+    try:
+        listener, stale = Listener.bind(settings.paths)
+    except ForeignHolderError as exc:
+        lock.release()
+        settings.events.emit(Event.FOREIGN_LISTENER, socket=settings.paths.socket, reason=str(exc))
+        raise
+    except BaseException:
+        lock.release()
+        raise
+    outcome = Outcome.CLAIMED_STALE if stale else Outcome.CLAIMED_FREE
+    record = new_record(settings, read_record(settings.paths.state), successor_of=None)
+    write_record(settings.paths.state, record)
+    if stale:
+        settings.events.emit(Event.STALE_CLEARED, socket=settings.paths.socket)
+    settings.events.emit(Event.CLAIMED, outcome=outcome, generation=record.generation)
+    if settings.legacy_lock is not None:
+        from highlander._legacy import migrate  # noqa: PLC0415 - only with legacy_lock=
+
+        migrate(settings.legacy_lock, settings.events)
+    return Reign(lock, listener, record, None, outcome)
+
+
+def new_record(
+    settings: Settings, previous: HolderRecord | None, *, successor_of: int | None
+) -> HolderRecord:
+    """This process's record for a new reign (generation +1, succession history kept)."""
+    me, now_ms = own_identity(), int(time.time() * 1000)
+    generation = max(previous.generation if previous else 0, successor_of or 0) + 1
+    history = list(previous.successions_ms) if previous else []
+    if successor_of is not None:
+        history.append(now_ms)
+    return HolderRecord(
+        pid=me.pid,
+        start_time=me.start_time,
+        exe=me.exe,
+        uid=me.uid,
+        boot_id=boot_id(),
+        app=settings.app,
+        mode=settings.mode.value,
+        generation=generation,
+        since_ms=now_ms,
+        cmdline=cmdline(me.pid),
+        successions_ms=settings.thrash.recent(history, now_ms),
+    )

@@ -45,6 +45,13 @@ class Event(enum.StrEnum):
     TIMEOUT = "timeout"
     UNREACHABLE = "unreachable"
     IDENTITY_MISMATCH = "identity_mismatch"
+    FOREIGN_LISTENER = "foreign_listener"  # a non-Highlander process listens on our path
+    HUNG = "hung"  # the verified holder missed a deadline
+    TERMINATED = "terminated"  # SIGTERM sent (through a verified pidfd)
+    KILLED = "killed"  # SIGKILL sent (through a verified pidfd)
+    ORPHANED = "orphaned"  # the holder's parent (its client) is gone
+    LEGACY_REMOVED = "legacy_removed"
+    LEGACY_KEPT = "legacy_kept"
 
 
 class Outcome(enum.StrEnum):
@@ -58,6 +65,7 @@ class Outcome(enum.StrEnum):
     DEPOSED = "deposed"  # (incumbent) handed over to a successor
     STOPPED = "stopped"  # (incumbent) saved and left on request, no successor
     RELEASED = "released"  # (incumbent) gave the project up at exit
+    ORPHANED = "orphaned"  # (incumbent) left because its parent process ended
 
 
 class EventLog:
@@ -119,6 +127,11 @@ _WARNINGS = frozenset(
         Event.TIMEOUT,
         Event.UNREACHABLE,
         Event.IDENTITY_MISMATCH,
+        Event.FOREIGN_LISTENER,
+        Event.HUNG,
+        Event.TERMINATED,
+        Event.KILLED,
+        Event.LEGACY_KEPT,
     }
 )
 

@@ -25,13 +25,14 @@ import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 
+from highlander._claim import Reign, claim_free
 from highlander._deadlines import Timeouts
-from highlander._errors import Deposed, HighlanderError
+from highlander._errors import Deposed, ForeignHolderError, HighlanderError
 from highlander._events import Event, Outcome
-from highlander._incumbent import Incumbent, Reign, SaveHook
+from highlander._incumbent import Incumbent, SaveHook
 from highlander._log import flush, hold, log
 from highlander._modes import Mode, ThrashPolicy
-from highlander._newcomer import Duplicate, acquire, claim_free
+from highlander._newcomer import Duplicate, acquire, probe
 from highlander._record import HolderRecord, read_record
 from highlander._settings import Settings
 
@@ -51,7 +52,9 @@ class Highlander:
     in the incumbent when a successor asks), ``on_deposed()`` (after the
     successor acknowledged; default: flush and leave the process with status
     0), ``on_duplicate(record)`` (WARN), ``timeouts``, ``runtime_dir``,
-    ``thrash_limit`` and ``thrash_window``.
+    ``thrash_limit`` and ``thrash_window``, ``legacy_lock`` (an old lock or
+    pid file to migrate from) and ``exit_when_orphaned`` (default True: the
+    holder leaves when the process that started it exits).
     """
 
     def __init__(
@@ -68,6 +71,8 @@ class Highlander:
         runtime_dir: str | os.PathLike[str] | None = None,
         thrash_limit: int = 3,
         thrash_window: float = 60.0,
+        legacy_lock: str | os.PathLike[str] | None = None,
+        exit_when_orphaned: bool = True,
     ) -> None:
         self._options: dict[str, Any] = {
             "app": app,
@@ -77,7 +82,12 @@ class Highlander:
             "timeouts": timeouts,
             "runtime_dir": runtime_dir,
             "thrash": ThrashPolicy(thrash_limit, thrash_window),
+            "legacy_lock": legacy_lock,
+            "exit_when_orphaned": exit_when_orphaned,
         }
+        # The client that started us; 1 means no client to outlive (init, a container).
+        parent = os.getppid()
+        self._parent = parent if exit_when_orphaned and parent > 1 else None
         self._on_save = on_save
         self._on_deposed = on_deposed
         self._on_duplicate = on_duplicate
@@ -126,9 +136,9 @@ class Highlander:
 
     def _acquire(self) -> Highlander:
         settings = self._resolve()
-        reign = claim_free(settings)
+        reign = self._claim_free(settings)
         if reign is None and settings.mode is not Mode.AUTO:
-            self._become_duplicate(settings)
+            self._become_duplicate(settings, _run_in_thread(probe, settings))
             return self
         started = threading.Event()
         failure: list[BaseException] = []
@@ -180,9 +190,9 @@ class Highlander:
     async def __aenter__(self) -> Highlander:
         settings = self._resolve()
         with hold():
-            result = claim_free(settings) or await acquire(settings)
+            result = self._claim_free(settings) or await acquire(settings)
         if isinstance(result, Duplicate):
-            self._become_duplicate(settings)
+            self._become_duplicate(settings, await probe(settings))
             return self
         self._begin(result)
         self._loop_token = anyio.lowlevel.current_token()
@@ -266,13 +276,33 @@ class Highlander:
         self.generation = reign.record.generation
         self.outcome = reign.outcome
 
-    def _become_duplicate(self, settings: Settings) -> None:
+    def _claim_free(self, settings: Settings) -> Reign | None:
+        """Claim a free project; in OBSERVE/WARN a foreign listener is only reported."""
+        try:
+            return claim_free(settings)
+        except ForeignHolderError:
+            if settings.mode is Mode.AUTO:
+                raise
+            return None
+
+    def _become_duplicate(self, settings: Settings, seen: dict[str, Any]) -> None:
         self.outcome = Outcome.DUPLICATE
         self.holder = record = read_record(settings.paths.state)
         holder = f"pid {record.pid}" if record else "an unknown process"
         settings.events.emit(
-            Event.DUPLICATE, holder_pid=record.pid if record else None, outcome=Outcome.DUPLICATE
+            Event.DUPLICATE,
+            holder_pid=record.pid if record else None,
+            outcome=Outcome.DUPLICATE,
+            answering=seen.get("answering"),
         )
+        if settings.mode is Mode.WARN and not seen.get("answering"):
+            log(
+                "warning",
+                f"the holder of {settings.root} ({holder}) is not answering "
+                f"({seen.get('error') or 'no reply in time'}); in AUTO mode it would be "
+                "replaced. Nothing was signalled (HIGHLANDER_MODE=warn)",
+                holder_pid=seen.get("pid"),
+            )
         if settings.mode is Mode.WARN:
             since = (
                 time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.since_ms / 1000))
@@ -292,7 +322,7 @@ class Highlander:
         self._incumbent = Incumbent(
             settings, reign, on_save=self._on_save, on_deposed=self._when_deposed
         )
-        await self._incumbent.serve()
+        await self._incumbent.serve(self._parent)
 
     async def _when_deposed(self, outcome: Outcome) -> None:
         self._deposed.set()
@@ -314,6 +344,15 @@ class Highlander:
         with contextlib.suppress(Exception):
             anyio.from_thread.run_sync(incumbent.stop, token=self._loop_token)
         incumbent.ended.wait(timeout=5.0)
+
+
+def _run_in_thread(fn: Callable[[Settings], Any], settings: Settings) -> Any:
+    """Run async ``fn(settings)`` on a private event loop (the caller may have its own)."""
+    out: list[Any] = []
+    worker = threading.Thread(target=lambda: out.append(anyio.run(fn, settings)), daemon=True)
+    worker.start()
+    worker.join(settings.timeouts.hello * 3 + 5.0)
+    return out[0] if out else {"answering": False, "pid": None, "error": "probe did not finish"}
 
 
 def _leave_process() -> None:

@@ -133,3 +133,59 @@ def cmdline(pid: int) -> list[str]:
     except OSError:
         return list(sys.orig_argv) if pid == os.getpid() else []
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def holds_open(pid: int, path: str) -> bool:
+    """Whether process ``pid`` has ``path`` (same device and inode) open right now."""
+    try:
+        target = os.stat(path, follow_symlinks=False)
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    wanted = (target.st_dev, target.st_ino)
+    for name in names:
+        try:
+            st = os.stat(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == wanted:
+            return True
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class Expected:
+    """Who a process must be before Highlander may signal it.
+
+    ``lock_path``, when set, must be open in the process: proof from the
+    kernel that it is the one holding the project's lock.  ``boot_id``, when
+    set, must be this boot's (start times restart at every boot).
+    """
+
+    pid: int
+    start_time: int
+    exe: str
+    uid: int
+    boot_id: str | None = None
+    lock_path: str | None = None
+
+
+def mismatch(expected: Expected) -> str | None:
+    """Return why the live process ``expected.pid`` is not ``expected``, or ``None``."""
+    pid = expected.pid
+    if expected.boot_id is not None and expected.boot_id != boot_id():
+        return "the record is from another boot"
+    actual = process_identity(pid)
+    if actual is None:
+        return f"pid {pid} is gone"
+    problems = [
+        (actual.start_time != expected.start_time, f"started at {actual.start_time}"),
+        (actual.uid != expected.uid, f"runs as uid {actual.uid}"),
+        (bool(expected.exe) and actual.exe != expected.exe, f"runs {actual.exe!r}"),
+    ]
+    for failed, what in problems:
+        if failed:
+            return f"pid {pid} {what}, unlike the holder"
+    if expected.lock_path is not None and not holds_open(pid, expected.lock_path):
+        return f"pid {pid} does not hold the project's lock file"
+    return None

@@ -17,14 +17,13 @@ import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
 
-from highlander._claim import Listener, ProjectLock
+from highlander._claim import Reign
 from highlander._connection import Connection
 from highlander._errors import ProtocolError, Reason, SignatureError
 from highlander._events import Event, Outcome
@@ -42,7 +41,6 @@ from highlander._messages import (
     StatusReply,
 )
 from highlander._progress import Progress
-from highlander._record import HolderRecord
 from highlander._settings import Settings
 from highlander._state import Role
 from highlander._wire import Overdue, receive_event, send_frame
@@ -51,17 +49,6 @@ from highlander._wire import Overdue, receive_event, send_frame
 MAX_CONNECTIONS = 64
 
 SaveHook = Callable[[Progress], Any]
-
-
-@dataclass
-class Reign:
-    """What a holder holds: the lock, the listener, and its record."""
-
-    lock: ProjectLock
-    listener: Listener
-    record: HolderRecord
-    handoff: dict[str, Any] | None
-    outcome: Outcome
 
 
 class Incumbent:
@@ -88,12 +75,18 @@ class Incumbent:
         self._connections = 0
         self._stop: anyio.Event | None = None
 
-    async def serve(self) -> Outcome:
-        """Serve until the reign ends; return how it ended."""
+    async def serve(self, parent: int | None = None) -> Outcome:
+        """Serve until the reign ends; return how it ended.
+
+        With ``parent``, the reign also ends when that process (the client
+        that started us) exits: an orphaned server must not outlive its IDE.
+        """
         self._stop = anyio.Event()
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._accept_loop, tg)
+                if parent is not None:
+                    tg.start_soon(self._watch_parent, parent)
                 await self._stop.wait()
                 tg.cancel_scope.cancel()
         finally:
@@ -104,6 +97,28 @@ class Incumbent:
         """Stop serving (call from the serving loop)."""
         if self._stop is not None:
             self._stop.set()
+
+    async def _watch_parent(self, parent: int) -> None:
+        try:
+            fd = os.pidfd_open(parent)
+        except ProcessLookupError:
+            fd = -1
+        try:
+            if fd >= 0 and os.getppid() == parent:
+                await anyio.wait_readable(fd)  # readable once the parent has exited
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        if self.outcome is not None or self.handed_over:
+            return  # a succession is already ending this reign
+        self.outcome = Outcome.ORPHANED
+        self.settings.events.emit(
+            Event.ORPHANED, peer_pid=parent, generation=self.reign.record.generation
+        )
+        self.reign.listener.close(unlink=True)
+        self.reign.lock.release()
+        await self.on_deposed(Outcome.ORPHANED)
+        self.stop()
 
     async def _accept_loop(self, tg: anyio.abc.TaskGroup) -> None:
         listener = self.reign.listener.sock

@@ -4,19 +4,19 @@
 project (or, in OBSERVE/WARN, knows it runs as a duplicate):
 
 1. take the lock without waiting: free or stale project, claim it at once;
-2. otherwise talk to the holder: HELLO, SAVE, PROGRESS*, SAVED (with the
-   lock and listener descriptors), ACK_SUCCESSION, then wait for the
-   incumbent to leave (end of stream) before believing we hold it;
+2. otherwise talk to the holder: HELLO (verified against the kernel), SAVE,
+   PROGRESS*, SAVED (with the lock and listener descriptors),
+   ACK_SUCCESSION, then wait for the incumbent to leave (end of stream)
+   before believing we hold it;
 3. BUSY: another succession runs; wait for that incumbent to exit (a pidfd
-   wakes us, no polling) and try again against whoever holds then.
+   wakes us, no polling) and try again against whoever holds then;
+4. a verified holder that misses a deadline (or holds the lock with no
+   socket) is ended by the verified kill (:mod:`highlander._termination`),
+   AUTO only; then the lock is free and step 1 claims it.
 """
 
 from __future__ import annotations
 
-import errno
-import os
-import secrets
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,39 +24,31 @@ from typing import Any
 
 import anyio
 
-from highlander._claim import Listener, ProjectLock
-from highlander._connection import Closed, Connection
+from highlander._claim import Listener, ProjectLock, Reign, claim_free, new_record
+from highlander._client import Greeting, Mismatch, Silent, check_uid, connect, greet
+from highlander._connection import Closed
+from highlander._deadlines import Phase
 from highlander._errors import (
     AuthenticationError,
     ForeignHolderError,
+    HighlanderError,
     IncumbentUnreachableError,
     ModeRefusedError,
     Reason,
     RemoteProtocolError,
     SaveFailedError,
-    SignatureError,
     SuccessionRefused,
     ThrashError,
     VersionMismatchError,
 )
 from highlander._events import Event, Outcome
-from highlander._identity import own_identity, peer_credentials, process_identity
-from highlander._incumbent import Reign
-from highlander._messages import (
-    AckSuccession,
-    Busy,
-    Hello,
-    Intent,
-    ProgressReport,
-    Refused,
-    Save,
-    Saved,
-)
+from highlander._identity import Expected, own_identity, peer_credentials
+from highlander._messages import AckSuccession, Busy, Intent, ProgressReport, Refused, Save, Saved
 from highlander._modes import Mode
 from highlander._record import HolderRecord, read_record, write_record
 from highlander._settings import Settings
-from highlander._state import Role
-from highlander._wire import Overdue, close_fds, receive_event, send_frame, unix_socket
+from highlander._termination import terminate, wait_for_exit
+from highlander._wire import Overdue, close_fds, receive_event, send_frame
 
 #: Upper bound on acquisition attempts (each one is itself bounded by deadlines).
 MAX_ATTEMPTS = 200
@@ -79,18 +71,18 @@ class Duplicate:
 
 
 @dataclass(frozen=True, slots=True)
-class _Mismatch:
-    """HELLO contradicts the kernel; ``problem`` says how."""
-
-    pid: int
-    problem: str
-
-
-@dataclass(frozen=True, slots=True)
 class _Wait:
     """BUSY: wait for ``pid`` to exit, then try again."""
 
     pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Hung:
+    """The holder ``expected`` missed its ``phase`` deadline."""
+
+    expected: Expected
+    phase: str
 
 
 class _Retry:
@@ -100,57 +92,11 @@ class _Retry:
 _RETRY = _Retry()
 
 
-def claim_free(settings: Settings) -> Reign | None:
-    """Claim the project if no live process holds it (no waiting, no network)."""
-    lock = ProjectLock.try_acquire(settings.paths.lock)
-    if lock is None:
-        return None
-    try:
-        listener, stale = Listener.bind(settings.paths)
-    except BaseException:
-        lock.release()
-        raise
-    outcome = Outcome.CLAIMED_STALE if stale else Outcome.CLAIMED_FREE
-    previous = read_record(settings.paths.state)
-    record = _new_record(settings, previous, successor_of=None)
-    write_record(settings.paths.state, record)
-    if stale:
-        settings.events.emit(Event.STALE_CLEARED, socket=settings.paths.socket)
-    settings.events.emit(Event.CLAIMED, outcome=outcome, generation=record.generation)
-    return Reign(lock, listener, record, None, outcome)
-
-
-def _new_record(
-    settings: Settings, previous: HolderRecord | None, *, successor_of: int | None
-) -> HolderRecord:
-    from highlander._identity import boot_id, cmdline  # noqa: PLC0415
-
-    me, now_ms = own_identity(), int(time.time() * 1000)
-    generation = max(previous.generation if previous else 0, successor_of or 0) + 1
-    history = list(previous.successions_ms) if previous else []
-    if successor_of is not None:
-        history.append(now_ms)
-    return HolderRecord(
-        pid=me.pid,
-        start_time=me.start_time,
-        exe=me.exe,
-        uid=me.uid,
-        boot_id=boot_id(),
-        app=settings.app,
-        mode=settings.mode.value,
-        generation=generation,
-        since_ms=now_ms,
-        cmdline=cmdline(me.pid),
-        successions_ms=settings.thrash.recent(history, now_ms),
-    )
-
-
-async def acquire(settings: Settings, *, intent: Intent = Intent.SUCCEED) -> Reign | Duplicate:
+async def acquire(settings: Settings) -> Reign | Duplicate:
     """Hold the project (or learn that we run as a duplicate); see the module docstring."""
     timeouts, events = settings.timeouts, settings.events
     unreachable_since: float | None = None
-    mismatches = 0
-    delay = 0.001
+    mismatches, delay = 0, 0.001
     for _ in range(MAX_ATTEMPTS):
         reign = claim_free(settings)
         if reign is not None:
@@ -159,13 +105,15 @@ async def acquire(settings: Settings, *, intent: Intent = Intent.SUCCEED) -> Rei
             record = read_record(settings.paths.state)
             events.emit(Event.DETECTED, holder_pid=record.pid if record else None)
             return Duplicate(record)
-        result = await _attempt(settings, intent)
+        result = await _attempt(settings)
         if isinstance(result, Reign):
             return result
         if isinstance(result, _Wait):
             await wait_for_exit(result.pid, timeouts.stall)
-            continue
-        if isinstance(result, _Mismatch):
+        elif isinstance(result, _Hung):
+            events.emit(Event.HUNG, peer_pid=result.expected.pid, phase=result.phase)
+            await terminate(result.expected, timeouts, events, f"missed {result.phase}")
+        elif isinstance(result, Mismatch):
             # A client that connected while the listener was being handed over
             # sees the predecessor's credentials; a fresh connection sees the
             # holder's.  A mismatch that persists is not a handover.
@@ -176,122 +124,103 @@ async def acquire(settings: Settings, *, intent: Intent = Intent.SUCCEED) -> Rei
                     f"{settings.paths.socket} is served by pid {result.pid}, which is not a "
                     f"verified holder ({result.problem}); Highlander will not depose it"
                 )
-            continue
-        if result is None:  # nobody answers although the lock is held
+        elif result is None:  # the lock is held, but nobody listens
             now = time.monotonic()
             unreachable_since = unreachable_since or now
             if now - unreachable_since > timeouts.hello:
-                events.emit(Event.UNREACHABLE, socket=settings.paths.socket)
-                raise IncumbentUnreachableError(_unreachable_message(settings))
+                unreachable_since = None
+                await _end_socketless_holder(settings)
+                continue
             # A holder between taking the lock and renaming its socket into
             # place: microseconds.  Back off briefly, bounded by the hello timeout.
             await anyio.sleep(delay)
             delay = min(delay * 2, 0.05)
-            continue
-        unreachable_since = None
     raise IncumbentUnreachableError(  # pragma: no cover - every attempt is bounded
         f"gave up after {MAX_ATTEMPTS} attempts to hold {settings.paths.socket}"
     )
 
 
-def _unreachable_message(settings: Settings) -> str:
-    record = read_record(settings.paths.state)
-    who = f"pid {record.pid} ({record.exe})" if record else "an unknown process"
-    return (
-        f"the project is held by {who} but nobody answers on {settings.paths.socket} "
-        f"within {settings.timeouts.hello:g} s: run `highlander status`, and stop that "
-        "process if it is hung"
+def record_target(settings: Settings, record: HolderRecord | None) -> Expected | None:
+    """The holder as its record describes it, to be verified before any signal."""
+    if record is None:
+        return None
+    return Expected(
+        pid=record.pid,
+        start_time=record.start_time,
+        exe=record.exe,
+        uid=record.uid,
+        boot_id=record.boot_id,
+        lock_path=settings.paths.lock,
     )
 
 
-async def _connect(path: str) -> socket.socket | None:
-    sock = unix_socket()
-    try:
-        sock.connect(path)
-    except BlockingIOError:
-        # Backlog full: wait (bounded by the caller's deadlines) for room.
-        await anyio.wait_writable(sock)
-        err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        if err:
-            sock.close()
-            return None
-    except OSError as exc:
-        sock.close()
-        if exc.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK, errno.EAGAIN):
-            return None
-        raise
-    return sock
+async def _end_socketless_holder(settings: Settings) -> None:
+    """The lock is held but nobody answers: end the verified holder, or explain."""
+    target = record_target(settings, read_record(settings.paths.state))
+    settings.events.emit(Event.UNREACHABLE, socket=settings.paths.socket)
+    if target is None:
+        raise IncumbentUnreachableError(
+            f"a process holds the project's lock but nobody answers on {settings.paths.socket} "
+            "and its record is missing: find it with `fuser` on the .lock file and stop it"
+        )
+    settings.events.emit(Event.HUNG, peer_pid=target.pid, phase="socket")
+    await terminate(target, settings.timeouts, settings.events, "no socket")
 
 
-async def _attempt(settings: Settings, intent: Intent) -> Reign | _Wait | _Retry | _Mismatch | None:
-    sock = await _connect(settings.paths.socket)
+async def _attempt(settings: Settings) -> Reign | _Wait | _Hung | _Retry | Mismatch | None:
+    sock = await connect(settings.paths.socket)
     if sock is None:
         return None
     fds: list[int] = []
     try:
-        return await _converse(settings, sock, intent, fds)
+        greeting = await greet(settings, sock)
+        if isinstance(greeting, Mismatch):
+            return greeting
+        if isinstance(greeting, Silent):
+            if greeting.closed:
+                return _RETRY
+            target = record_target(settings, read_record(settings.paths.state))
+            if target is None or target.pid != greeting.pid:
+                raise ForeignHolderError(
+                    f"pid {greeting.pid} listens on {settings.paths.socket} without answering, "
+                    "and the holder's record does not name it: Highlander will not signal it"
+                )
+            return _Hung(target, Phase.HELLO.value)
+        return await _succeed(settings, greeting, fds)
     except (BrokenPipeError, ConnectionResetError):
         return _RETRY  # the holder went away mid-conversation (e.g. it was just deposed)
-    except Overdue as exc:
-        settings.events.emit(Event.TIMEOUT, phase=exc.deadline.phase.value)
-        if exc.deadline.phase.value == "hello":
-            return None
-        raise IncumbentUnreachableError(
-            f"the incumbent missed its {exc.deadline.phase.value} deadline: run "
-            "`highlander status`, and stop it if it is hung"
-        ) from None
-    except SignatureError as exc:
-        settings.events.emit(Event.AUTH_FAILED, reason=str(exc))
-        raise AuthenticationError(
-            f"the incumbent on {settings.paths.socket} does not share this token ({exc}); "
-            "give every client the same HIGHLANDER_TOKEN"
-        ) from None
-    except RemoteProtocolError as exc:
-        settings.events.emit(Event.PROTOCOL_ERROR, reason=str(exc))
-        if exc.reason is Reason.VERSION:
-            raise VersionMismatchError(str(exc)) from None
-        raise
     finally:
         close_fds(fds)
         sock.close()
 
 
-async def _converse(
-    settings: Settings, sock: socket.socket, intent: Intent, fds: list[int]
-) -> Reign | _Wait | _Retry | _Mismatch:
-    events, me = settings.events, own_identity()
-    peer = peer_credentials(sock)
-    if peer.uid != os.geteuid():
-        events.emit(Event.IDENTITY_MISMATCH, peer_pid=peer.pid, reason=f"uid {peer.uid}")
-        raise ForeignHolderError(
-            f"{settings.paths.socket} is served by pid {peer.pid} of uid {peer.uid}, not by "
-            "you: Highlander will not talk to it; its owner must stop it"
-        )
-    started = time.monotonic()
-    conn = Connection(
-        Role.NEWCOMER,
-        key=settings.key(),
-        nonce=secrets.token_bytes(16),
-        now=anyio.current_time(),
-        timeouts=settings.timeouts,
-    )
-    hello = await receive_event(sock, conn)
-    if isinstance(hello, Closed):
-        return _RETRY
-    assert isinstance(hello, Hello)
-    problem = _hello_problem(settings, hello, peer.pid)
-    if problem is not None:
-        return _Mismatch(peer.pid, problem)
-    events.emit(Event.HELLO, peer_pid=peer.pid, generation=hello.generation)
+def _hello_target(greeting: Greeting, lock_path: str | None) -> Expected:
+    """The holder as its verified HELLO describes it.
+
+    ``lock_path``: while saving it still holds the lock file; after
+    ACK_SUCCESSION it has closed its copy (the successor holds the lock).
+    """
+    hello = greeting.hello
+    return Expected(hello.pid, hello.start_time, hello.exe, greeting.peer.uid, None, lock_path)
+
+
+async def _succeed(
+    settings: Settings, greeting: Greeting, fds: list[int]
+) -> Reign | _Wait | _Hung | _Retry:
+    events, me, started = settings.events, own_identity(), time.monotonic()
+    sock, conn, peer = greeting.sock, greeting.conn, greeting.peer
     assert conn.peer_nonce is not None
-    save = Save(me.pid, me.start_time, conn.local_nonce.hex(), conn.peer_nonce.hex(), intent)
+    save = Save(
+        me.pid, me.start_time, conn.local_nonce.hex(), conn.peer_nonce.hex(), Intent.SUCCEED
+    )
     await send_frame(sock, conn.send(save, anyio.current_time()))
-    while True:
+    try:
         event = await receive_event(sock, conn, fds)
-        if isinstance(event, ProgressReport):
+        while isinstance(event, ProgressReport):
             events.emit(Event.PROGRESS, peer_pid=peer.pid, counter=event.counter, note=event.note)
-            continue
-        break
+            event = await receive_event(sock, conn, fds)
+    except Overdue as exc:
+        return _Hung(_hello_target(greeting, settings.paths.lock), exc.deadline.phase.value)
     if isinstance(event, Closed):
         events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="save", reason="incumbent vanished")
         return _RETRY
@@ -304,38 +233,26 @@ async def _converse(
             f"the incumbent (pid {peer.pid}) refused: {event.detail}"
         )
     assert isinstance(event, Saved)
-    lock, listener = _adopt(settings, fds, intent)
+    lock, listener = _adopt(settings, fds)
     fds.clear()
-    await send_frame(sock, conn.send(AckSuccession(), anyio.current_time()))
     try:
-        gone = await receive_event(sock, conn)  # the incumbent leaving: end of stream
-        assert isinstance(gone, Closed)
+        await send_frame(sock, conn.send(AckSuccession(), anyio.current_time()))
+        try:
+            gone = await receive_event(sock, conn)  # the incumbent leaving: end of stream
+            assert isinstance(gone, Closed)
+        except (Overdue, ConnectionResetError):
+            # The handoff is ours already; the incumbent must not linger beside us.
+            events.emit(Event.HUNG, peer_pid=peer.pid, phase=Phase.EXIT.value)
+            target = _hello_target(greeting, None)
+            await terminate(target, settings.timeouts, events, "missed exit")
     except BaseException:
-        if listener is not None:
-            listener.close(unlink=False)
-        if lock is not None:
-            lock.release()
+        listener.close(unlink=False)
+        lock.release()
         raise
-    return _take_over(settings, lock, listener, event.handoff, event.generation, peer.pid, started)
+    return _take_over(settings, lock, listener, event, peer.pid, started)
 
 
-def _hello_problem(settings: Settings, hello: Hello, kernel_pid: int) -> str | None:
-    """What is wrong with HELLO's identity claim, or ``None``."""
-    if hello.pid != kernel_pid:
-        return f"HELLO claims pid {hello.pid} but the kernel says {kernel_pid}"
-    identity = process_identity(kernel_pid)
-    if identity is None or identity.start_time != hello.start_time:
-        return f"HELLO's start time does not match pid {kernel_pid}'s"
-    if hello.app != settings.app:
-        return f"HELLO is from app {hello.app!r}, expected {settings.app!r}"
-    return None
-
-
-def _adopt(
-    settings: Settings, fds: list[int], intent: Intent
-) -> tuple[ProjectLock | None, Listener | None]:
-    if intent is Intent.STOP:
-        return None, None
+def _adopt(settings: Settings, fds: list[int]) -> tuple[ProjectLock, Listener]:
     if len(fds) != 2:
         raise RemoteProtocolError(
             f"SAVED arrived with {len(fds)} descriptors instead of the lock and the listener"
@@ -353,16 +270,14 @@ def _adopt(
 
 def _take_over(
     settings: Settings,
-    lock: ProjectLock | None,
-    listener: Listener | None,
-    handoff: dict[str, Any] | None,
-    generation: int,
+    lock: ProjectLock,
+    listener: Listener,
+    saved: Saved,
     predecessor: int,
     started: float,
-) -> Reign | _Retry:
-    if lock is None or listener is None:  # intent STOP: the project is left free
-        return _RETRY
-    record = _new_record(settings, read_record(settings.paths.state), successor_of=generation)
+) -> Reign:
+    previous = read_record(settings.paths.state)
+    record = new_record(settings, previous, successor_of=saved.generation)
     write_record(settings.paths.state, record)
     settings.events.emit(
         Event.CLAIMED,
@@ -371,19 +286,28 @@ def _take_over(
         peer_pid=predecessor,
         duration_ms=int((time.monotonic() - started) * 1000),
     )
-    return Reign(lock, listener, record, handoff, Outcome.SUCCEEDED)
+    return Reign(lock, listener, record, saved.handoff, Outcome.SUCCEEDED)
 
 
-async def wait_for_exit(pid: int, timeout: float) -> bool:
-    """Wait until process ``pid`` exits (pidfd: no polling); ``False`` on timeout."""
+async def probe(settings: Settings) -> dict[str, Any]:
+    """OBSERVE/WARN: look at the holder without asking anything of it.
+
+    Returns what was learnt (``answering``, ``pid``); a holder that does not
+    answer in time is reported (event ``hung``), never signalled.
+    """
+    sock = await connect(settings.paths.socket)
+    if sock is None:
+        settings.events.emit(Event.UNREACHABLE, socket=settings.paths.socket)
+        return {"answering": False, "pid": None, "error": "no socket"}
     try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        with anyio.move_on_after(timeout):
-            await anyio.wait_readable(fd)
-            return True
-        return False
+        check_uid(settings, peer_credentials(sock))
+        greeting = await greet(settings, sock)
+        if isinstance(greeting, Greeting):
+            return {"answering": True, "pid": greeting.hello.pid}
+        if isinstance(greeting, Silent) and not greeting.closed:
+            settings.events.emit(Event.HUNG, peer_pid=greeting.pid, phase=Phase.HELLO.value)
+        return {"answering": False, "pid": greeting.pid}
+    except HighlanderError as exc:
+        return {"answering": False, "pid": None, "error": str(exc)}
     finally:
-        os.close(fd)
+        sock.close()

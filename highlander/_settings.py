@@ -43,6 +43,8 @@ class Settings:
     events: EventLog
     token: str | bytes | None = None
     env: Mapping[str, str] = field(default_factory=lambda: os.environ)
+    legacy_lock: str | None = None
+    exit_when_orphaned: bool = True
     _key: bytes | None = None
 
     @classmethod
@@ -57,6 +59,8 @@ class Settings:
         runtime_dir: str | os.PathLike[str] | None,
         thrash: ThrashPolicy | None = None,
         env: Mapping[str, str] | None = None,
+        legacy_lock: str | os.PathLike[str] | None = None,
+        exit_when_orphaned: bool = True,
     ) -> Settings:
         """Resolve every option (argument, then environment, then default)."""
         env = os.environ if env is None else env
@@ -75,6 +79,8 @@ class Settings:
             events=EventLog(paths.events, app=name, mode=chosen.value),
             token=token,
             env=env,
+            legacy_lock=os.path.abspath(legacy_lock) if legacy_lock is not None else None,
+            exit_when_orphaned=exit_when_orphaned,
         )
 
     def key(self) -> bytes:

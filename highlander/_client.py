@@ -1,0 +1,145 @@
+"""The client half of a conversation: connect to the holder and verify who answers.
+
+Shared by the newcomer's succession and the read-only status probe.  Before
+anything is sent, the peer is checked against the kernel: same uid (from
+``SO_PEERCRED``), and HELLO's pid, start time, executable and app must match
+what ``/proc`` says about the process behind the socket.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import socket
+from dataclasses import dataclass
+
+import anyio
+
+from highlander._connection import Closed, Connection
+from highlander._errors import (
+    AuthenticationError,
+    ForeignHolderError,
+    Reason,
+    RemoteProtocolError,
+    SignatureError,
+    VersionMismatchError,
+)
+from highlander._events import Event
+from highlander._identity import PeerCredentials, peer_credentials, process_identity
+from highlander._messages import Hello
+from highlander._settings import Settings
+from highlander._state import Role
+from highlander._wire import Overdue, receive_event, unix_socket
+
+
+@dataclass
+class Greeting:
+    """A connection whose HELLO was received and verified."""
+
+    sock: socket.socket
+    conn: Connection
+    hello: Hello
+    peer: PeerCredentials
+
+
+@dataclass(frozen=True, slots=True)
+class Silent:
+    """Connected, but no HELLO in time (or the stream closed): ``pid`` per the kernel."""
+
+    pid: int
+    closed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Mismatch:
+    """HELLO contradicts the kernel; ``problem`` says how."""
+
+    pid: int
+    problem: str
+
+
+async def connect(path: str) -> socket.socket | None:
+    """Connect to the socket at ``path``; ``None`` if nobody listens there."""
+    sock = unix_socket()
+    try:
+        sock.connect(path)
+    except BlockingIOError:
+        # Backlog full: wait (bounded by the caller's deadlines) for room.
+        await anyio.wait_writable(sock)
+        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+            sock.close()
+            return None
+    except OSError as exc:
+        sock.close()
+        if exc.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK, errno.EAGAIN):
+            return None
+        raise
+    return sock
+
+
+def check_uid(settings: Settings, peer: PeerCredentials) -> None:
+    """Refuse a peer of another uid: it is never talked to, never signalled."""
+    if peer.uid != os.geteuid():
+        settings.events.emit(Event.IDENTITY_MISMATCH, peer_pid=peer.pid, reason=f"uid {peer.uid}")
+        raise ForeignHolderError(
+            f"{settings.paths.socket} is served by pid {peer.pid} of uid {peer.uid}, not by "
+            "you: Highlander will not talk to it or signal it; its owner must stop it"
+        )
+
+
+async def greet(settings: Settings, sock: socket.socket) -> Greeting | Silent | Mismatch:
+    """Read and verify HELLO on a fresh connection.
+
+    Raises :class:`AuthenticationError` (token), :class:`VersionMismatchError`
+    or :class:`ForeignHolderError` (another uid).
+    """
+    peer = peer_credentials(sock)
+    check_uid(settings, peer)
+    conn = Connection(
+        Role.NEWCOMER,
+        key=settings.key(),
+        nonce=secrets.token_bytes(16),
+        now=anyio.current_time(),
+        timeouts=settings.timeouts,
+    )
+    try:
+        hello = await receive_event(sock, conn)
+    except Overdue:
+        settings.events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="hello")
+        return Silent(peer.pid, closed=False)
+    except SignatureError as exc:
+        settings.events.emit(Event.AUTH_FAILED, peer_pid=peer.pid, reason=str(exc))
+        raise AuthenticationError(
+            f"the holder (pid {peer.pid}) on {settings.paths.socket} does not share this "
+            f"token ({exc}); give every client the same HIGHLANDER_TOKEN"
+        ) from None
+    except RemoteProtocolError as exc:
+        settings.events.emit(Event.PROTOCOL_ERROR, peer_pid=peer.pid, reason=str(exc))
+        if exc.reason is Reason.VERSION:
+            raise VersionMismatchError(str(exc)) from None
+        raise
+    if isinstance(hello, Closed):
+        return Silent(peer.pid, closed=True)
+    assert isinstance(hello, Hello)
+    problem = hello_problem(settings, hello, peer.pid)
+    if problem is not None:
+        return Mismatch(peer.pid, problem)
+    settings.events.emit(Event.HELLO, peer_pid=peer.pid, generation=hello.generation)
+    return Greeting(sock, conn, hello, peer)
+
+
+def hello_problem(settings: Settings, hello: Hello, kernel_pid: int) -> str | None:
+    """What is wrong with HELLO's identity claim, or ``None``."""
+    if hello.pid != kernel_pid:
+        return f"HELLO claims pid {hello.pid} but the kernel says {kernel_pid}"
+    actual = process_identity(kernel_pid)
+    if actual is None or actual.start_time != hello.start_time:
+        return f"HELLO's start time does not match pid {kernel_pid}'s"
+    if hello.exe and actual.exe != hello.exe:
+        return f"HELLO claims executable {hello.exe!r} but pid {kernel_pid} runs {actual.exe!r}"
+    if actual.uid != os.geteuid():
+        return f"pid {kernel_pid} runs as uid {actual.uid}"
+    if hello.app != settings.app:
+        return f"HELLO is from app {hello.app!r}, expected {settings.app!r}"
+    return None

@@ -1,0 +1,104 @@
+"""The verified kill: the only code in Highlander that sends a signal.
+
+A process is signalled only through a pidfd opened *before* its identity is
+verified, so a pid that dies and is reused between the check and the signal
+cannot redirect the signal: the pidfd still names the dead process and the
+kernel refuses.  The procedure, for an incumbent that missed a deadline
+(AUTO mode only):
+
+1. open a pidfd on the pid;
+2. verify through /proc: start time, uid, executable, and (when the evidence
+   is the holder's record) that it holds the project's lock file open;
+3. SIGTERM; wait ``term_grace`` on the pidfd (readable when the process
+   ends: event-driven, no polling);
+4. SIGKILL; wait until it is gone.
+
+A process that fails verification is never signalled: :class:`ForeignHolderError`.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+
+import anyio
+
+from highlander._deadlines import Timeouts
+from highlander._errors import ForeignHolderError, IncumbentUnreachableError
+from highlander._events import Event, EventLog
+from highlander._identity import Expected, mismatch
+
+#: How long a SIGKILLed process may take to be gone (uninterruptible sleep can delay it).
+KILL_WAIT = 10.0
+
+
+async def wait_for_exit(pid: int, timeout: float) -> bool:
+    """Wait until process ``pid`` exits (pidfd: no polling); ``False`` on timeout."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return await _wait_pidfd(fd, timeout)
+    finally:
+        os.close(fd)
+
+
+async def _wait_pidfd(fd: int, timeout: float) -> bool:
+    with anyio.move_on_after(timeout):
+        await anyio.wait_readable(fd)
+        return True
+    return False
+
+
+async def terminate(expected: Expected, timeouts: Timeouts, events: EventLog, why: str) -> None:
+    """SIGTERM then SIGKILL the verified process ``expected``; return once it is gone."""
+    try:
+        fd = os.pidfd_open(expected.pid)
+    except ProcessLookupError:
+        return
+    try:
+        problem = mismatch(expected)
+        if problem is not None:
+            if not _alive(fd):
+                return
+            events.emit(Event.IDENTITY_MISMATCH, peer_pid=expected.pid, reason=problem)
+            raise ForeignHolderError(
+                f"pid {expected.pid} holds the project but is not the verified incumbent "
+                f"({problem}); Highlander never signals an unverified process: stop it yourself"
+            )
+        await _signal(fd, signal.SIGTERM, expected, events, Event.TERMINATED, why)
+        if await _wait_pidfd(fd, timeouts.term_grace):
+            return
+        await _signal(fd, signal.SIGKILL, expected, events, Event.KILLED, why)
+        if not await _wait_pidfd(fd, KILL_WAIT):
+            raise IncumbentUnreachableError(
+                f"pid {expected.pid} did not die within {KILL_WAIT:g} s of SIGKILL "
+                "(uninterruptible sleep?): check it with ps, then retry"
+            )
+    finally:
+        os.close(fd)
+
+
+async def _signal(
+    fd: int, signum: int, expected: Expected, events: EventLog, event: Event, why: str
+) -> None:
+    try:
+        signal.pidfd_send_signal(fd, signum)
+    except ProcessLookupError:
+        return  # it ended on its own meanwhile
+    events.emit(
+        event,
+        peer_pid=expected.pid,
+        start_time=expected.start_time,
+        signal=signal.Signals(signum).name,
+        reason=why,
+    )
+
+
+def _alive(fd: int) -> bool:
+    # A pidfd polls readable once its process has ended.
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return not poller.poll(0)
