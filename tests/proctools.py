@@ -117,6 +117,14 @@ class Children:
                 child.proc.communicate(timeout=WAIT)
             os.close(child.reports)
 
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        """Every event logged in this test's runtime dir (of ``kind``, if given)."""
+        lines: list[dict[str, Any]] = []
+        for path in self.runtime.glob("*.events.jsonl"):
+            lines += [json.loads(line) for line in path.read_text().splitlines()]
+        lines.sort(key=lambda e: e["ts"])
+        return [e for e in lines if kind is None or e["event"] == kind]
+
     def reigns(self) -> list[tuple[int, int, int, int]]:
         """Witness intervals: (pid, generation, acquire_ns, release_ns or max)."""
         opened: dict[int, tuple[int, int]] = {}

@@ -35,10 +35,17 @@ def witness(what: str, generation: int) -> None:
 
 
 def save(progress: Progress) -> dict[str, Any]:
+    """Save behaviours: normal (steps), stall (stops advancing), forever (never ends)."""
     steps = int(cfg.get("steps", 3))
-    for i in range(steps):
+    behaviour = cfg.get("save", "normal")
+    report(event="saving")
+    i = 0
+    while behaviour == "forever" or i < steps:
         time.sleep(float(cfg.get("step_delay", 0.01)))
-        progress.advance(f"step {i}", done=i + 1, total=steps)
+        progress.advance(f"step {i}", done=min(i + 1, steps), total=steps)
+        i += 1
+    if behaviour == "stall":
+        time.sleep(3600)
     return {"counter": state["counter"], "blob": cfg.get("blob", ""), "from": os.getpid()}
 
 
@@ -53,7 +60,14 @@ async def async_save(progress: Progress) -> dict[str, Any]:
 
 def options() -> dict[str, Any]:
     opts: dict[str, Any] = {"app": cfg.get("app", "child"), "on_save": save}
-    for key in ("mode", "thrash_limit", "thrash_window", "token"):
+    for key in (
+        "mode",
+        "thrash_limit",
+        "thrash_window",
+        "token",
+        "legacy_lock",
+        "exit_when_orphaned",
+    ):
         if key in cfg:
             opts[key] = cfg[key]
     if "timeouts" in cfg:
@@ -63,6 +77,8 @@ def options() -> dict[str, Any]:
         def deposed() -> None:
             witness("release", current["generation"])
             report(event="deposed")
+            if cfg.get("hang_when_deposed"):
+                time.sleep(3600)
             os._exit(0)
 
         opts["on_deposed"] = deposed
