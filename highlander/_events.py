@@ -72,9 +72,16 @@ class EventLog:
     """Writes events for one project to stderr (structlog) and the JSON-lines file."""
 
     def __init__(
-        self, path: str | None, *, app: str, mode: str, max_bytes: int = DEFAULT_MAX_BYTES
+        self,
+        path: str | None,
+        *,
+        app: str,
+        mode: str,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        quiet: bool = False,
     ) -> None:
         self.path = path
+        self.quiet = quiet
         self.app = app
         self.mode = mode
         self.max_bytes = max_bytes
@@ -89,8 +96,9 @@ class EventLog:
             "pid": os.getpid(),
         }
         record.update({k: v.value if isinstance(v, enum.Enum) else v for k, v in fields.items()})
-        context = {k: v for k, v in record.items() if k not in ("ts", "event")}
-        log("warning" if event in _WARNINGS else "info", event.value, **context)
+        if not self.quiet:
+            context = {k: v for k, v in record.items() if k not in ("ts", "event")}
+            log("warning" if event in _WARNINGS else "info", event.value, **context)
         if self.path is not None:
             self._append(json.dumps(record, separators=(",", ":"), default=str) + "\n")
         return record

@@ -102,3 +102,16 @@ def _alive(fd: int) -> bool:
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     return not poller.poll(0)
+
+
+def signal_child(pidfd: int, signum: int) -> bool:
+    """Send ``signum`` to our own unreaped child through its pidfd; ``False`` if it is gone.
+
+    A child we have not reaped cannot be replaced by another process, so its
+    pidfd (opened right after spawning it) is verification enough.
+    """
+    try:
+        signal.pidfd_send_signal(pidfd, signum)
+    except ProcessLookupError:
+        return False
+    return True

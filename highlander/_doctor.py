@@ -1,0 +1,123 @@
+"""``highlander doctor``: check this machine and configuration, each finding with its fix."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from highlander._errors import HighlanderError
+from highlander._modes import MODE_VAR, resolve_mode
+from highlander._rendezvous import (
+    RUNTIME_VAR,
+    choose_runtime_dir,
+    project_paths,
+    project_root,
+    sun_path_limit,
+)
+from highlander._token import MIN_TOKEN_CHARS, SECRET_FILE, TOKEN_VAR
+
+OK, WARN, FAIL = "OK", "WARN", "FAIL"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One line of the report: a verdict, what was checked, and the fix if needed."""
+
+    verdict: str
+    check: str
+    detail: str
+    fix: str = ""
+
+
+def diagnose(
+    *, app: str, project: str | None, runtime_dir: str | None, env: Mapping[str, str]
+) -> list[Finding]:
+    """Run every check; never raises for what it checks."""
+    findings: list[Finding] = []
+    directory = choose_runtime_dir(runtime_dir, env=env)
+    findings.append(_runtime_dir(directory))
+    try:
+        root = project_root(project, env=env)
+        paths = project_paths(directory, app, root)
+        size = len(os.fsencode(paths.socket))
+        findings.append(
+            Finding(OK, "socket path", f"{paths.socket} ({size} of {sun_path_limit()} bytes)")
+        )
+    except HighlanderError as exc:
+        findings.append(Finding(FAIL, "socket path", str(exc), f"set {RUNTIME_VAR}"))
+    findings.append(_proc())
+    findings.append(_pidfd())
+    findings.append(_token(env, directory))
+    try:
+        mode = resolve_mode(None, env)
+        source = MODE_VAR if env.get(MODE_VAR) else "default"
+        findings.append(Finding(OK, "mode", f"{mode.value} (from {source})"))
+    except HighlanderError as exc:
+        findings.append(Finding(FAIL, "mode", str(exc), f"fix {MODE_VAR}"))
+    return findings
+
+
+def _runtime_dir(path: str) -> Finding:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return Finding(OK, "runtime dir", f"{path} (created on first use, mode 0700)")
+    fix = f"rm -r {path} (it is recreated) or set {RUNTIME_VAR} to a private directory"
+    if stat.S_ISLNK(st.st_mode):
+        return Finding(FAIL, "runtime dir", f"{path} is a symlink", fix)
+    if not stat.S_ISDIR(st.st_mode):
+        return Finding(FAIL, "runtime dir", f"{path} is not a directory", fix)
+    if st.st_uid != os.geteuid():
+        return Finding(FAIL, "runtime dir", f"{path} is owned by uid {st.st_uid}", fix)
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077:
+        return Finding(FAIL, "runtime dir", f"{path} has mode {mode:04o}", f"chmod 700 {path}")
+    return Finding(OK, "runtime dir", f"{path} (mode {mode:04o}, yours)")
+
+
+def _proc() -> Finding:
+    if os.path.isdir("/proc/self") and os.path.exists("/proc/self/stat"):
+        return Finding(OK, "/proc", "process identity is read from /proc")
+    return Finding(WARN, "/proc", "no /proc: identity comes from psutil", "")
+
+
+def _pidfd() -> Finding:
+    try:
+        fd = os.pidfd_open(os.getpid())
+    except (AttributeError, OSError) as exc:
+        return Finding(
+            FAIL,
+            "pidfd",
+            f"pidfd_open is unavailable ({exc}): hung holders cannot be ended safely",
+            "Linux >= 5.3 and Python >= 3.9 are needed for the verified kill",
+        )
+    os.close(fd)
+    return Finding(OK, "pidfd", "pidfd_open works: signals go only to verified processes")
+
+
+def _token(env: Mapping[str, str], directory: str) -> Finding:
+    value = env.get(TOKEN_VAR, "").strip()
+    if value and len(value) < MIN_TOKEN_CHARS:
+        return Finding(
+            WARN,
+            "token",
+            f"{TOKEN_VAR} is only {len(value)} characters",
+            "generate one with `highlander token`",
+        )
+    if value:
+        return Finding(OK, "token", f"from {TOKEN_VAR} ({len(value)} characters)")
+    return Finding(
+        WARN,
+        "token",
+        f"{TOKEN_VAR} is not set: the per-user secret file {os.path.join(directory, SECRET_FILE)} "
+        "keys the HMAC (other users are kept out; your own processes are not)",
+        "set HIGHLANDER_TOKEN in every client's MCP config (`highlander token` prints one)",
+    )
+
+
+def python_ok() -> Finding:
+    """Report the interpreter (informational)."""
+    return Finding(OK, "python", sys.version.split()[0])

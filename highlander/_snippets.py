@@ -1,0 +1,44 @@
+"""IDE configuration snippets for ``highlander token`` (and the docs)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def _server(token_value: str, app: str, *, stdio_type: bool = False) -> dict[str, Any]:
+    server: dict[str, Any] = {
+        "command": "python3",
+        "args": [f"/path/to/{app}.py"],
+        "env": {"HIGHLANDER_TOKEN": token_value, "HIGHLANDER_MODE": "auto"},
+    }
+    return {"type": "stdio", **server} if stdio_type else server
+
+
+def _dump(data: Any) -> str:
+    return json.dumps(data, indent=2)
+
+
+def snippets(token: str, app: str) -> dict[str, str]:
+    """Return the exact JSON for each client, keyed by where it goes."""
+    vscode = {
+        "inputs": [
+            {
+                "type": "promptString",
+                "id": "highlander-token",
+                "description": "Highlander token (highlander token prints one)",
+                "password": True,
+            }
+        ],
+        "servers": {app: _server("${input:highlander-token}", app, stdio_type=True)},
+    }
+    return {
+        "Claude Desktop (claude_desktop_config.json)": _dump(
+            {"mcpServers": {app: _server(token, app)}}
+        ),
+        "Claude Code (.mcp.json; export HIGHLANDER_TOKEN in your shell)": _dump(
+            {"mcpServers": {app: _server("${HIGHLANDER_TOKEN}", app, stdio_type=True)}}
+        ),
+        "VS Code (.vscode/mcp.json; prompts for the token once)": _dump(vscode),
+        "Cursor (~/.cursor/mcp.json)": _dump({"mcpServers": {app: _server(token, app)}}),
+    }
