@@ -8,12 +8,14 @@ are forwarded.  When a successor asks, the child gets ``--on-save-signal``
 (plus one step per line the child writes to the descriptor named in
 ``HIGHLANDER_PROGRESS_FD``, if it wants) and SAVED once the child exited.
 The wrapper's exit status is the child's (128 + N for a child ended by
-signal N).
+signal N).  The child finds the predecessor's handoff (JSON) in
+``HIGHLANDER_HANDOFF`` and the reign's generation in ``HIGHLANDER_GENERATION``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import signal
@@ -59,9 +61,14 @@ class Wrapper:
         self.read_end, self.write_end = os.pipe()
         os.set_inheritable(self.read_end, False)
 
-    def start(self) -> None:
-        """Spawn the command, handing it the progress descriptor."""
-        env = {**os.environ, PROGRESS_VAR: str(self.write_end)}
+    def start(self, handle: Highlander) -> None:
+        """Spawn the command, handing it the progress descriptor and the handoff."""
+        env = {
+            **os.environ,
+            PROGRESS_VAR: str(self.write_end),
+            "HIGHLANDER_GENERATION": str(handle.generation),
+            "HIGHLANDER_HANDOFF": json.dumps(handle.handoff),
+        }
         self.child = subprocess.Popen(self.argv, env=env, pass_fds=(self.write_end,))  # noqa: S603
         os.close(self.write_end)
         self.pidfd = os.pidfd_open(self.child.pid)
@@ -129,7 +136,7 @@ def run(
     if not handle.is_holder:  # OBSERVE/WARN: run anyway, beside the holder
         return exit_status(subprocess.call(list(argv)))  # noqa: S603 - the user's command
     try:
-        wrapper.start()
+        wrapper.start(handle)
     except OSError as exc:
         handle.release()
         sys.stderr.write(f"highlander: cannot run {argv[0]}: {exc.strerror}\n")

@@ -78,6 +78,8 @@ class Children:
         self.runtime = tmp / "rt"
         self.witness = tmp / "witness.log"
         self.started: list[Child] = []
+        #: Descriptors a test wants closed at the end.
+        self.keep: list[int] = []
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HIGHLANDER_", "CLAUDE_"))}
@@ -109,6 +111,9 @@ class Children:
         return child
 
     def cleanup(self) -> None:
+        for fd in self.keep:
+            with contextlib.suppress(OSError):
+                os.close(fd)
         for child in self.started:
             if child.proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
