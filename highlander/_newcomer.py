@@ -135,6 +135,9 @@ async def acquire(settings: Settings) -> Reign | Duplicate:
             # place: microseconds.  Back off briefly, bounded by the hello timeout.
             await anyio.sleep(delay)
             delay = min(delay * 2, 0.05)
+        else:  # _RETRY: the holder went away or closed on us; do not spin
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 0.05)
     raise IncumbentUnreachableError(  # pragma: no cover - every attempt is bounded
         f"gave up after {MAX_ATTEMPTS} attempts to hold {settings.paths.socket}"
     )
