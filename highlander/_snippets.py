@@ -15,6 +15,12 @@ def _server(token_value: str, app: str, *, stdio_type: bool = False) -> dict[str
     return {"type": "stdio", **server} if stdio_type else server
 
 
+def _vscode_server(app: str) -> dict[str, Any]:
+    server = _server("${input:highlander-token}", app, stdio_type=True)
+    server["env"]["HIGHLANDER_PROJECT"] = "${workspaceFolder}"  # one server per workspace
+    return server
+
+
 def _dump(data: Any) -> str:
     return json.dumps(data, indent=2)
 
@@ -30,7 +36,7 @@ def snippets(token: str, app: str) -> dict[str, str]:
                 "password": True,
             }
         ],
-        "servers": {app: _server("${input:highlander-token}", app, stdio_type=True)},
+        "servers": {app: _vscode_server(app)},
     }
     return {
         "Claude Desktop (claude_desktop_config.json)": _dump(
