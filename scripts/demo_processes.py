@@ -67,6 +67,12 @@ def run() -> int:
             print(f"generation {a['generation']} -> {b['generation']}")
             alive = [p.pid for p in procs if p.poll() is None]
             print(f"A exited with status {status}; processes holding the project: {alive}")
+            print("\n$ highlander status --app demo-indexer")
+            status_cmd = [sys.executable, "-m", "highlander.cli", "status", "--app", "demo-indexer"]
+            shown = subprocess.run(
+                status_cmd, check=False, env=env, capture_output=True, text=True, timeout=WAIT
+            )
+            print(shown.stdout.rstrip() or shown.stderr.rstrip())
             second.send_signal(signal.SIGTERM)
             second.wait(timeout=WAIT)
             out = b"".join(p.stdout.read() if p.stdout else b"" for p in procs)
