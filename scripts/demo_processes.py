@@ -66,7 +66,9 @@ def run() -> int:
             print(f"\nhandoff B received: {b['handoff']}")
             print(f"generation {a['generation']} -> {b['generation']}")
             alive = [p.pid for p in procs if p.poll() is None]
-            print(f"A exited with status {status}; processes holding the project: {alive}")
+            out_a = first.stdout.read() if first.stdout else b""
+            print(f"A exited with status {status}, having written {len(out_a)} bytes to stdout")
+            print(f"processes holding the project: {alive}")
             print("\n$ highlander status --app demo-indexer")
             status_cmd = [sys.executable, "-m", "highlander.cli", "status", "--app", "demo-indexer"]
             shown = subprocess.run(
@@ -75,8 +77,7 @@ def run() -> int:
             print(shown.stdout.rstrip() or shown.stderr.rstrip())
             second.send_signal(signal.SIGTERM)
             second.wait(timeout=WAIT)
-            out = b"".join(p.stdout.read() if p.stdout else b"" for p in procs)
-            print(f"bytes either server wrote to stdout: {len(out)}")
+            out = out_a + (second.stdout.read() if second.stdout else b"")
             return 0 if status == 0 and alive == [b["pid"]] and not out else 1
         finally:
             for proc in procs:
