@@ -118,7 +118,10 @@ async def greet(settings: Settings, sock: socket.socket) -> Greeting | Silent | 
         settings.events.emit(Event.PROTOCOL_ERROR, peer_pid=peer.pid, reason=str(exc))
         if exc.reason is Reason.VERSION:
             raise VersionMismatchError(str(exc)) from None
-        raise
+        raise ForeignHolderError(
+            f"pid {peer.pid} on {settings.paths.socket} does not speak the Highlander protocol "
+            f"({exc}): it is not a Highlander holder; Highlander will not signal it"
+        ) from None
     if isinstance(hello, Closed):
         return Silent(peer.pid, closed=True)
     assert isinstance(hello, Hello)

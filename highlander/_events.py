@@ -47,6 +47,7 @@ class Event(enum.StrEnum):
     IDENTITY_MISMATCH = "identity_mismatch"
     FOREIGN_LISTENER = "foreign_listener"  # a non-Highlander process listens on our path
     HUNG = "hung"  # the verified holder missed a deadline
+    OVERLOAD = "overload"  # the holder evicted idle connections to stay reachable
     TERMINATED = "terminated"  # SIGTERM sent (through a verified pidfd)
     KILLED = "killed"  # SIGKILL sent (through a verified pidfd)
     ORPHANED = "orphaned"  # the holder's parent (its client) is gone
@@ -137,6 +138,7 @@ _WARNINGS = frozenset(
         Event.IDENTITY_MISMATCH,
         Event.FOREIGN_LISTENER,
         Event.HUNG,
+        Event.OVERLOAD,
         Event.TERMINATED,
         Event.KILLED,
         Event.LEGACY_KEPT,

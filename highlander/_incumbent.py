@@ -72,7 +72,10 @@ class Incumbent:
         self.handed_over = False
         self._successor: PeerCredentials | None = None
         self._successor_start = 0
-        self._connections = 0
+        #: Open conversations, oldest first: scope -> whether its request arrived.
+        self._slots: dict[anyio.CancelScope, bool] = {}
+        self._evicted = 0
+        self._last_overload = 0.0
         self._stop: anyio.Event | None = None
 
     async def serve(self, parent: int | None = None) -> Outcome:
@@ -129,13 +132,38 @@ class Incumbent:
             except (BlockingIOError, InterruptedError):
                 continue
             sock.setblocking(False)
-            if self._connections >= MAX_CONNECTIONS:
+            if len(self._slots) >= MAX_CONNECTIONS and not self._evict_idle():
                 sock.close()
                 continue
-            self._connections += 1
-            tg.start_soon(self._serve_connection, sock)
+            scope = anyio.CancelScope()
+            self._slots[scope] = False
+            tg.start_soon(self._serve_connection, sock, scope)
 
-    async def _serve_connection(self, sock: socket.socket) -> None:
+    def _evict_idle(self) -> bool:
+        """Make room by dropping the oldest connection that has not made its request.
+
+        Idle connections cannot crowd out a real newcomer, which sends its
+        request within milliseconds of HELLO.  Logged at most once a second.
+        """
+        victim = next((scope for scope, engaged in self._slots.items() if not engaged), None)
+        if victim is None:
+            return False
+        victim.cancel()
+        del self._slots[victim]
+        self._evicted += 1
+        now = time.monotonic()
+        if now - self._last_overload >= 1.0:
+            self.settings.events.emit(
+                Event.OVERLOAD, evicted=self._evicted, reason="idle connections evicted"
+            )
+            self._last_overload, self._evicted = now, 0
+        return True
+
+    async def _serve_connection(self, sock: socket.socket, scope: anyio.CancelScope) -> None:
+        with scope:
+            await self._serve_connection_in(sock, scope)
+
+    async def _serve_connection_in(self, sock: socket.socket, scope: anyio.CancelScope) -> None:
         peer: PeerCredentials | None = None
         events = self.settings.events
         try:
@@ -143,7 +171,7 @@ class Incumbent:
             if peer.uid != os.geteuid():
                 events.emit(Event.AUTH_FAILED, peer_pid=peer.pid, reason=f"peer uid {peer.uid}")
                 return
-            await self._converse(sock, peer)
+            await self._converse(sock, peer, scope)
         except SignatureError as exc:
             events.emit(Event.AUTH_FAILED, peer_pid=_pid(peer), reason=str(exc))
         except ProtocolError as exc:
@@ -153,10 +181,12 @@ class Incumbent:
         except OSError as exc:
             events.emit(Event.PROTOCOL_ERROR, peer_pid=_pid(peer), reason=f"socket: {exc}")
         finally:
-            self._connections -= 1
+            self._slots.pop(scope, None)
             sock.close()
 
-    async def _converse(self, sock: socket.socket, peer: PeerCredentials) -> None:
+    async def _converse(
+        self, sock: socket.socket, peer: PeerCredentials, scope: anyio.CancelScope
+    ) -> None:
         me, record = own_identity(), self.reign.record
         conn = Connection(
             Role.INCUMBENT,
@@ -176,6 +206,8 @@ class Incumbent:
         )
         await send_frame(sock, conn.send(hello, anyio.current_time()))
         request = await receive_event(sock, conn)
+        if scope in self._slots:
+            self._slots[scope] = True  # a real request: no longer evictable
         if isinstance(request, Status):
             reply = StatusReply(
                 app=self.settings.app,
