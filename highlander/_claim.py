@@ -184,25 +184,23 @@ def _refuse_live_listener(path: str) -> None:
     listener here is some other program.  It is left alone (never signalled,
     its path never replaced).
     """
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    probe.setblocking(False)
-    try:
-        probe.connect(path)
-    except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
-        return  # nothing there, or a stale socket file: ours to replace
-    except BlockingIOError:
-        pass  # alive, with a full backlog
-    except OSError:
-        return  # not a socket at all: replacing the name is safe
-    try:
-        peer = peer_credentials(probe)
-        who = process_identity(peer.pid)
-        exe = who.exe if who else "unknown"
-        detail = f"pid {peer.pid} ({exe}, uid {peer.uid})"
-    except OSError:
-        detail = "a process"
-    finally:
-        probe.close()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as probe:
+        probe.setblocking(False)
+        try:
+            probe.connect(path)
+        except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
+            return  # nothing there, or a stale socket file: ours to replace
+        except BlockingIOError:
+            pass  # alive, with a full backlog
+        except OSError:
+            return  # not a socket at all: replacing the name is safe
+        try:
+            peer = peer_credentials(probe)
+            who = process_identity(peer.pid)
+            exe = who.exe if who else "unknown"
+            detail = f"pid {peer.pid} ({exe}, uid {peer.uid})"
+        except OSError:
+            detail = "a process"
     raise ForeignHolderError(
         f"{detail} listens on {path} but does not hold the project's lock: it is not a "
         "Highlander holder. Highlander never signals it; stop it or point it elsewhere"

@@ -103,7 +103,6 @@ class Highlander:
         self._reign: Reign | None = None
         self._incumbent: Incumbent | None = None
         self._thread: threading.Thread | None = None
-        self._loop_token: Any = None
         self._deposed = threading.Event()
         self._released = False
         self._task_group: Any = None
@@ -142,6 +141,8 @@ class Highlander:
             return self
         started = threading.Event()
         failure: list[BaseException] = []
+        if reign is not None:
+            self._begin(reign)
         self._thread = threading.Thread(
             target=self._thread_main,
             args=(settings, reign, started, failure),
@@ -155,8 +156,6 @@ class Highlander:
                 raise HighlanderError("gave up waiting for the succession to finish")
             if failure:
                 raise failure[0]
-        else:
-            self._begin(reign)
         atexit.register(self.release)
         return self
 
@@ -168,7 +167,6 @@ class Highlander:
         failure: list[BaseException],
     ) -> None:
         async def main() -> None:
-            self._loop_token = anyio.lowlevel.current_token()
             chosen = reign
             if chosen is None:
                 try:
@@ -195,7 +193,6 @@ class Highlander:
             self._become_duplicate(settings, await probe(settings))
             return self
         self._begin(result)
-        self._loop_token = anyio.lowlevel.current_token()
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
         self._task_group.start_soon(self._serve, settings, result)
@@ -271,6 +268,11 @@ class Highlander:
         return self.settings
 
     def _begin(self, reign: Reign) -> None:
+        assert self.settings is not None
+        # Created before serving starts, so release() can always stop it.
+        self._incumbent = Incumbent(
+            self.settings, reign, on_save=self._on_save, on_deposed=self._when_deposed
+        )
         self._reign = reign
         self.handoff = reign.handoff
         self.generation = reign.record.generation
@@ -319,9 +321,7 @@ class Highlander:
                 self._on_duplicate(record)
 
     async def _serve(self, settings: Settings, reign: Reign) -> None:
-        self._incumbent = Incumbent(
-            settings, reign, on_save=self._on_save, on_deposed=self._when_deposed
-        )
+        assert self._incumbent is not None
         await self._incumbent.serve(self._parent)
 
     async def _when_deposed(self, outcome: Outcome) -> None:
@@ -335,15 +335,9 @@ class Highlander:
             await anyio.to_thread.run_sync(hook)
 
     def _stop_serving(self, incumbent: Incumbent) -> None:
-        if self._thread is None:  # async API: we are on the serving loop
-            incumbent.stop()
-            return
-        if self._thread is threading.current_thread():  # pragma: no cover - hook calls release
-            incumbent.stop()
-            return
-        with contextlib.suppress(Exception):
-            anyio.from_thread.run_sync(incumbent.stop, token=self._loop_token)
-        incumbent.ended.wait(timeout=5.0)
+        incumbent.stop()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            incumbent.ended.wait(timeout=5.0)
 
 
 def _run_in_thread(fn: Callable[[Settings], Any], settings: Settings) -> Any:

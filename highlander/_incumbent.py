@@ -77,6 +77,9 @@ class Incumbent:
         self._evicted = 0
         self._last_overload = 0.0
         self._stop: anyio.Event | None = None
+        self._stop_requested = threading.Event()
+        self._loop_token: Any = None
+        self._loop_thread = 0
 
     async def serve(self, parent: int | None = None) -> Outcome:
         """Serve until the reign ends; return how it ended.
@@ -84,8 +87,12 @@ class Incumbent:
         With ``parent``, the reign also ends when that process (the client
         that started us) exits: an orphaned server must not outlive its IDE.
         """
+        self._loop_token = anyio.lowlevel.current_token()
+        self._loop_thread = threading.get_ident()
         self._stop = anyio.Event()
         try:
+            if self._stop_requested.is_set():  # released before we got going
+                return self.outcome or Outcome.RELEASED
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._accept_loop, tg)
                 if parent is not None:
@@ -97,9 +104,17 @@ class Incumbent:
         return self.outcome or Outcome.RELEASED
 
     def stop(self) -> None:
-        """Stop serving (call from the serving loop)."""
-        if self._stop is not None:
-            self._stop.set()
+        """Stop serving; callable from any thread, before or while :meth:`serve` runs."""
+        self._stop_requested.set()
+        stop = self._stop
+        if stop is None:
+            return  # serve() has not started; it checks the request first thing
+        if threading.get_ident() == self._loop_thread:
+            stop.set()
+            return
+        # The loop may already be gone (RunFinishedError): nothing left to stop.
+        with contextlib.suppress(Exception):
+            anyio.from_thread.run_sync(stop.set, token=self._loop_token)
 
     async def _watch_parent(self, parent: int) -> None:
         try:

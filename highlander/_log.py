@@ -31,6 +31,9 @@ class _Sink:
         self.thread: threading.Thread | None = None
         self.holds = 0
         self.lock = threading.Lock()
+        #: Set while no claim is in flight: the thread renders only then.
+        self.open = threading.Event()
+        self.open.set()
 
     def put(self, item: _Item) -> None:
         self.queue.put(item)
@@ -47,6 +50,9 @@ class _Sink:
         logger = get_logger()
         while True:
             item = self.queue.get()
+            # Never compete with a claim for the interpreter (bounded: a stuck hold
+            # must not silence the log forever).
+            self.open.wait(timeout=5.0)
             if isinstance(item, threading.Event):
                 item.set()
                 continue
@@ -113,11 +119,14 @@ def hold() -> Iterator[None]:
     """Keep log lines queued (not rendered) while the block runs: a latency-critical claim."""
     with _sink.lock:
         _sink.holds += 1
+        _sink.open.clear()
     try:
         yield
     finally:
         with _sink.lock:
             _sink.holds -= 1
+            if _sink.holds == 0:
+                _sink.open.set()
         if _sink.holds == 0 and not _sink.queue.empty():
             _sink.start()
 
@@ -128,6 +137,7 @@ def flush(timeout: float = 2.0) -> None:
         return
     done = threading.Event()
     _sink.queue.put(done)
+    _sink.open.set()  # leaving: write everything now, hold or not
     _sink.start()
     done.wait(timeout)
 

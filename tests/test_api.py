@@ -1,0 +1,82 @@
+"""The public handle, in-process: claim, release, fencing, configuration errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from highlander import ConfigurationError, Deposed, Highlander, Mode, Outcome
+
+
+def _handle(tmp_path: Path, **options: object) -> Highlander:
+    project = tmp_path / "project"
+    project.mkdir(exist_ok=True)
+    return Highlander(
+        app="api",
+        project=str(project),
+        runtime_dir=str(tmp_path / "rt"),
+        token="api-test-token-0123456789",
+        exit_when_orphaned=False,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def test_release_right_after_acquire_is_clean(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # Unhandled exceptions in the serving thread fail the test (pytest's
+    # threadexception plugin with warnings as errors).
+    for generation in range(1, 21):
+        hl = _handle(tmp_path).acquire()
+        assert hl.is_holder
+        assert hl.generation == generation
+        assert hl.outcome is Outcome.CLAIMED_FREE  # release removed the socket
+        hl.release()
+        assert not hl.is_holder
+        assert not list((tmp_path / "rt").glob("*.sock"))
+    assert capfd.readouterr().out == ""
+
+
+def test_check_current_fences_a_released_holder(tmp_path: Path) -> None:
+    hl = _handle(tmp_path).acquire()
+    hl.check_current()
+    hl.release()
+    with pytest.raises(Deposed, match="generation 1"):
+        hl.check_current()
+    hl.release()  # idempotent
+
+
+def test_check_current_sees_a_newer_generation_on_disk(tmp_path: Path) -> None:
+    first = _handle(tmp_path).acquire()
+    first.release()
+    second = _handle(tmp_path).acquire()
+    try:
+        # A holder that believes it is current but whose generation is over.
+        first._released = False
+        with pytest.raises(Deposed, match="generation 2"):
+            first.check_current()
+        second.check_current()
+    finally:
+        first._released = True
+        second.release()
+
+
+@pytest.mark.parametrize("bad", ["OBSERVER", "kill", ""])
+def test_bad_mode_names_the_valid_ones(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(ConfigurationError, match="observe, warn, auto"):
+        _handle(tmp_path, mode=bad or " ").acquire()
+
+
+def test_mode_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HIGHLANDER_MODE", "warn")
+    hl = _handle(tmp_path).acquire()
+    try:
+        assert hl.mode is Mode.WARN
+    finally:
+        hl.release()
+    hl = _handle(tmp_path, mode="OBSERVE").acquire()
+    try:
+        assert hl.mode is Mode.OBSERVE
+    finally:
+        hl.release()
