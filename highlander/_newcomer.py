@@ -17,6 +17,7 @@ project (or, in OBSERVE/WARN, knows it runs as a duplicate):
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from highlander._connection import Closed
 from highlander._deadlines import Phase
 from highlander._errors import (
     AuthenticationError,
+    ConfigurationError,
     ForeignHolderError,
     HighlanderError,
     IncumbentUnreachableError,
@@ -189,6 +191,11 @@ async def _attempt(settings: Settings) -> Reign | _Wait | _Hung | _Retry | Misma
                     "and the holder's record does not name it: Highlander will not signal it"
                 )
             return _Hung(target, Phase.HELLO.value)
+        if greeting.hello.pid == os.getpid():
+            raise ConfigurationError(
+                f"this process already holds {settings.app} for {settings.root}: keep the "
+                "handle from the first ensure_singleton() instead of claiming twice"
+            )
         return await _succeed(settings, greeting, fds)
     except (BrokenPipeError, ConnectionResetError):
         return _RETRY  # the holder went away mid-conversation (e.g. it was just deposed)

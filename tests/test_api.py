@@ -80,3 +80,14 @@ def test_mode_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         assert hl.mode is Mode.OBSERVE
     finally:
         hl.release()
+
+
+def test_claiming_twice_in_one_process_is_an_error_not_a_suicide(tmp_path: Path) -> None:
+    first = _handle(tmp_path).acquire()
+    try:
+        with pytest.raises(ConfigurationError, match="already holds"):
+            _handle(tmp_path).acquire()
+        assert first.is_holder
+        first.check_current()
+    finally:
+        first.release()
