@@ -8,11 +8,14 @@ is read, no randomness is drawn.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
+from proctools import Children
+from proctools_extra import Extras
 
 from highlander._connection import Closed
 from highlander._deadlines import Timeouts
@@ -204,3 +207,24 @@ def incumbent_nonce() -> bytes:
 def other_nonce() -> bytes:
     """A nonce belonging to neither side of :func:`pair` (another session)."""
     return CORE_OTHER_NONCE
+
+
+# -- real processes ----------------------------------------------------------------
+
+
+@pytest.fixture
+def kids(tmp_path: Path) -> Iterator[Children]:
+    children = Children(tmp_path)
+    try:
+        yield children
+    finally:
+        children.cleanup()
+
+
+@pytest.fixture
+def extras(kids: Children) -> Iterator[Extras]:
+    more = Extras(kids)
+    try:
+        yield more
+    finally:
+        more.cleanup()

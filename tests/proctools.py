@@ -93,13 +93,16 @@ class Children:
 
     def start(self, env: dict[str, str] | None = None, **cfg: Any) -> Child:
         cfg.setdefault("witness", str(self.witness))
-        read_end, write_end = os.pipe()
         environment = dict(env or self.env())
         environment["HL_CHILD"] = json.dumps(cfg)
-        environment["HL_READY_FD"] = str(write_end)
+        return self.spawn([sys.executable, str(CHILD)], environment)
+
+    def spawn(self, argv: list[str], env: dict[str, str]) -> Child:
+        """Start ``argv`` with a report pipe (its fd in HL_READY_FD); end it at cleanup."""
+        read_end, write_end = os.pipe()
         proc = subprocess.Popen(
-            [sys.executable, str(CHILD)],
-            env=environment,
+            argv,
+            env={**env, "HL_READY_FD": str(write_end)},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -57,20 +57,8 @@ class Extras:
                 os.write(_fd, line.encode())
             """
         )
-        read_end, write_end = os.pipe()
-        env = dict(os.environ, HL_READY_FD=str(write_end))
-        proc = subprocess.Popen(
-            [sys.executable, "-c", prelude + textwrap.dedent(code), *args],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            pass_fds=(write_end,),
-        )
-        os.close(write_end)
-        child = Child(proc, read_end)
-        self.kids.started.append(child)
-        return child
+        argv = [sys.executable, "-c", prelude + textwrap.dedent(code), *args]
+        return self.kids.spawn(argv, dict(os.environ))
 
     # -- grandchildren -----------------------------------------------------------
 

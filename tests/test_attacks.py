@@ -28,9 +28,7 @@ import signal
 import socket
 import struct
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -67,24 +65,6 @@ from highlander._state import Role
 MIB = 1024  # KiB per MiB: VmRSS is in KiB
 #: The holder's default request deadline (it runs with the default timeouts).
 REQUEST_DEADLINE = Timeouts().request
-
-
-@pytest.fixture
-def kids(tmp_path: Path) -> Iterator[Children]:
-    children = Children(tmp_path)
-    try:
-        yield children
-    finally:
-        children.cleanup()
-
-
-@pytest.fixture
-def extras(kids: Children) -> Iterator[Extras]:
-    more = Extras(kids)
-    try:
-        yield more
-    finally:
-        more.cleanup()
 
 
 @dataclass

@@ -8,20 +8,9 @@ import select
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from proctools import WAIT, Children
-
-
-@pytest.fixture
-def kids(tmp_path: Path) -> Iterator[Children]:
-    children = Children(tmp_path)
-    try:
-        yield children
-    finally:
-        children.cleanup()
 
 
 def cli(

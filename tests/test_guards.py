@@ -39,24 +39,6 @@ needs_setpriv = pytest.mark.skipif(
 )
 
 
-@pytest.fixture
-def kids(tmp_path: Path) -> Iterator[Children]:
-    children = Children(tmp_path)
-    try:
-        yield children
-    finally:
-        children.cleanup()
-
-
-@pytest.fixture
-def extras(kids: Children) -> Iterator[Extras]:
-    more = Extras(kids)
-    try:
-        yield more
-    finally:
-        more.cleanup()
-
-
 def _kinds(kids: Children, kind: str) -> list[dict[str, object]]:
     return [e for e in events(kids) if e["event"] == kind]
 

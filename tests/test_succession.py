@@ -5,20 +5,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from proctools import Children, assert_no_overlap, wait_until_one_left
-
-
-@pytest.fixture
-def kids(tmp_path: Path) -> Iterator[Children]:
-    children = Children(tmp_path)
-    try:
-        yield children
-    finally:
-        children.cleanup()
 
 
 def _events(kids: Children) -> list[dict[str, object]]:

@@ -17,15 +17,6 @@ FAST = {"hello": 0.5, "stall": 0.6, "ceiling": 1.5, "exit_grace": 0.5, "term_gra
 
 
 @pytest.fixture
-def kids(tmp_path: Path) -> Iterator[Children]:
-    children = Children(tmp_path)
-    try:
-        yield children
-    finally:
-        children.cleanup()
-
-
-@pytest.fixture
 def bystander() -> Iterator[subprocess.Popen[bytes]]:
     """An unrelated live process whose pid the tests plant in records."""
     proc = subprocess.Popen(["sleep", "600"])
