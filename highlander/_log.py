@@ -30,12 +30,17 @@ class _Sink:
         self.queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         self.thread: threading.Thread | None = None
         self.holds = 0
+        #: Lines queued or being written; flush() waits until it is zero.
+        self.pending = 0
         self.lock = threading.Lock()
         #: Set while no claim is in flight: the thread renders only then.
         self.open = threading.Event()
         self.open.set()
 
     def put(self, item: _Item) -> None:
+        if not isinstance(item, threading.Event):
+            with self.lock:
+                self.pending += 1
         self.queue.put(item)
         if self.holds == 0:
             self.start()
@@ -57,8 +62,12 @@ class _Sink:
                 item.set()
                 continue
             level, event, fields = item
-            with contextlib.suppress(Exception):  # a broken stderr must not break the holder
-                getattr(logger, level)(event, **fields)
+            try:
+                with contextlib.suppress(Exception):  # a broken stderr must not break us
+                    getattr(logger, level)(event, **fields)
+            finally:
+                with self.lock:
+                    self.pending -= 1
 
 
 _sink = _Sink()
@@ -133,7 +142,7 @@ def hold() -> Iterator[None]:
 
 def flush(timeout: float = 2.0) -> None:
     """Write every queued line to stderr (bounded by ``timeout``)."""
-    if _sink.queue.empty():
+    if _sink.pending == 0:
         return
     done = threading.Event()
     _sink.queue.put(done)
