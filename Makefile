@@ -17,8 +17,8 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check highlander tests scripts
-	$(VENV)/bin/ruff format --check highlander tests scripts
+	$(VENV)/bin/ruff check highlander tests scripts examples
+	$(VENV)/bin/ruff format --check highlander tests scripts examples
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy --strict highlander
@@ -30,6 +30,9 @@ test: lint typecheck pytest
 
 demo: $(STAMP)
 	$(PY) scripts/demo.py
+
+bench: $(STAMP)
+	$(PY) scripts/bench.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

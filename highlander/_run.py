@@ -43,6 +43,18 @@ FORWARDED = (
 )
 
 
+def default_app(argv: Sequence[str]) -> str:
+    """Name a wrapped command after what it runs, not the launcher.
+
+    ``npx -y @scope/server-files`` is ``server-files`` and ``python3 srv.py``
+    is ``srv``, so two different servers behind one launcher never collide.
+    """
+    for arg in argv[1:]:
+        if not arg.startswith("-"):
+            return os.path.splitext(os.path.basename(arg.rstrip("/")))[0] or argv[0]
+    return os.path.basename(argv[0])
+
+
 def exit_status(returncode: int) -> int:
     """The shell convention: 128 + N for a process ended by signal N."""
     return 128 - returncode if returncode < 0 else returncode
@@ -119,7 +131,7 @@ def run(
 ) -> int:
     """Hold the project, run ``argv``, and return its exit status."""
     wrapper = Wrapper(argv, save_signal)
-    name = app or os.path.basename(argv[0])
+    name = app or default_app(argv)
     handle = Highlander(
         app=name,
         project=project,
