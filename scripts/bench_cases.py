@@ -1,0 +1,291 @@
+"""Benchmarks 1 to 5: acquire, succession, stale claim, idle holder, import cost.
+
+Each ``bench_*`` function returns the :class:`Row` (or rows) of its table lines
+and raises :class:`BenchError` when it cannot measure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import cProfile
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench_children import Child, Children, check_exit, children, newcomer
+from bench_env import APP, CLK_TCK, TOKEN, WAIT, BenchError, child_env, proc_stat
+from bench_results import Row
+
+IMPORT_STANDALONE = (
+    "import time\nt = time.perf_counter()\nimport highlander\nprint(time.perf_counter() - t)\n"
+)
+IMPORT_MARGINAL = (
+    "import time\n"
+    "import asyncio, anyio, json, logging\n"
+    "t = time.perf_counter()\n"
+    "import highlander\n"
+    "print(time.perf_counter() - t)\n"
+)
+
+
+# -- 1. uncontended acquire, in process -----------------------------------------
+
+
+def _serving_thread_alive() -> bool:
+    return any(t.name == f"highlander-{APP}" for t in threading.enumerate())
+
+
+def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
+    """Poll ``predicate`` until true (every 0.2 ms); fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise BenchError(f"gave up waiting for {what} after {timeout} s")
+        time.sleep(0.0002)
+
+
+def acquire_runs(scratch: Path, runs: int, profiler: cProfile.Profile | None = None) -> list[float]:
+    """One warm-up acquire/release, then ``runs`` timed ``acquire()`` calls (ms)."""
+    from highlander import Highlander  # noqa: PLC0415 - imported before any timing
+
+    scratch.mkdir()
+    project = scratch / "project"
+    project.mkdir()
+    runtime = scratch / "rt"
+
+    def one(profile: cProfile.Profile | None) -> float:
+        hl = Highlander(app=APP, project=project, runtime_dir=runtime, token=TOKEN)
+        if profile is not None:
+            profile.enable()
+        start = time.perf_counter()
+        hl.acquire()
+        elapsed = time.perf_counter() - start
+        if profile is not None:
+            profile.disable()
+        if hl.outcome is None or hl.outcome.value != "claimed_free":
+            raise BenchError(f"uncontended acquire ended {hl.outcome}, not claimed_free")
+        # Untimed: release at once (release() right after acquire() is clean
+        # since d018dfb), then wait until the serving thread is gone, so no
+        # run overlaps the previous one's teardown.
+        hl.release()
+        wait_until(lambda: not _serving_thread_alive(), "the serving thread to end")
+        return elapsed * 1000
+
+    one(None)  # warm-up, untimed and unprofiled
+    return [one(profiler) for _ in range(runs)]
+
+
+def bench_acquire(base: Path, runs: int) -> Row:
+    return Row(
+        "acquire",
+        "1. acquire(), uncontended, in-process",
+        "ms",
+        acquire_runs(base / "acquire", runs),
+        target=1.0,
+    )
+
+
+# -- 2. succession ----------------------------------------------------------------
+
+
+def succession(
+    kids: Children, flags: tuple[str, ...] = (), extra: dict[str, str] | None = None
+) -> tuple[Child, Child, dict[str, Any]]:
+    """One holder child, deposed by one fresh newcomer child; the newcomer's report."""
+    holder = kids.start("holder", flags, extra)
+    ready = holder.expect("ready")
+    if ready["outcome"] not in ("claimed_free", "claimed_stale"):
+        raise BenchError(f"the holder child claimed with outcome {ready['outcome']}")
+    if extra and extra.get("HL_BENCH_MARKS"):
+        holder.expect("serving")
+    incoming, got = newcomer(kids, "succeeded", flags, extra)
+    if got["handoff"] != {"saved_by": holder.pid}:
+        raise BenchError(f"the newcomer got handoff {got['handoff']!r}")
+    holder.expect("deposed")
+    for child in (holder, incoming):
+        check_exit(child)
+        kids.end(child)
+    return holder, incoming, got
+
+
+def bench_succession(base: Path, runs: int, script: Path) -> Row:
+    with children(base, "succession", script) as kids:
+        succession(kids)  # warm-up: bytecode and page caches
+        samples = [succession(kids)[2]["seconds"] * 1000 for _ in range(runs)]
+    return Row(
+        "succession",
+        "2. succession, trivial save (fresh newcomer)",
+        "ms",
+        samples,
+        target=15.0,
+    )
+
+
+# -- 3. stale claim ---------------------------------------------------------------
+
+
+def _stale_claim(kids: Children) -> float:
+    holder = kids.start("holder")
+    holder.expect("ready")
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait_exit()
+    kids.end(holder)
+    if not list(kids.runtime.glob("*.sock")):
+        raise BenchError("the SIGKILLed holder left no socket file: nothing stale to claim")
+    incoming, got = newcomer(kids, "claimed_stale")
+    check_exit(incoming)
+    kids.end(incoming)
+    return float(got["seconds"]) * 1000
+
+
+def bench_stale(base: Path, runs: int, script: Path) -> Row:
+    with children(base, "stale", script) as kids:
+        _stale_claim(kids)  # warm-up: bytecode and page caches
+        samples = [_stale_claim(kids) for _ in range(runs)]
+    return Row(
+        "stale",
+        "3. claim over a SIGKILLed holder's socket",
+        "ms",
+        samples,
+        target=5.0,
+    )
+
+
+# -- 4. idle holder -------------------------------------------------------------
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = proc_stat(pid)
+    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+
+
+def _status(pid: int) -> dict[str, int]:
+    wanted = {"VmRSS", "Threads"}
+    out = {}
+    with open(f"/proc/{pid}/status", encoding="utf-8") as handle:
+        for line in handle:
+            name, _, value = line.partition(":")
+            if name in wanted:
+                out[name] = int(value.split()[0])
+    return out
+
+
+def _wakeups(pid: int) -> int:
+    """Context switches of every thread of ``pid`` (each one is a wake-up)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/status") as handle:
+            for line in handle:
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    total += int(line.split()[1])
+    return total
+
+
+def bench_idle(base: Path, seconds: float, script: Path) -> list[Row]:
+    with children(base, "idle", script) as kids:
+        holder = kids.start("holder")
+        baseline = kids.start("baseline")
+        holder.expect("ready")
+        baseline.expect("ready")
+        time.sleep(1.0)  # let start-up work (log lines, thread start) finish
+        before = {c.pid: (_cpu_ticks(c.pid), _wakeups(c.pid)) for c in (holder, baseline)}
+        start = time.monotonic()
+        # Watch both children for the whole window; either ending early is an error.
+        deadline = start + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, 0.5))
+            for child in (holder, baseline):
+                if child.proc.poll() is not None:
+                    raise BenchError(f"idle child {child.pid} ended early{child.tail()}")
+        wall = time.monotonic() - start
+        after = {c.pid: (_cpu_ticks(c.pid), _wakeups(c.pid)) for c in (holder, baseline)}
+        status = {c.pid: _status(c.pid) for c in (holder, baseline)}
+
+    def cpu(pid: int) -> float:
+        return (after[pid][0] - before[pid][0]) / CLK_TCK / wall * 100
+
+    def wake(pid: int) -> float:
+        return (after[pid][1] - before[pid][1]) / wall
+
+    def rss(pid: int) -> float:
+        return status[pid]["VmRSS"] / 1024
+
+    h, b = holder.pid, baseline.pid
+    window = f"one {wall:.1f} s window"
+    return [
+        Row(
+            "idle_cpu",
+            "4. idle holder: CPU",
+            "%",
+            [cpu(h)],
+            target=0.1,
+            strict=True,
+            note=(
+                f"{window}, /proc/<pid>/stat utime+stime ({CLK_TCK} ticks/s, so "
+                f"resolution {100 / CLK_TCK / wall:.4f} %); import-only script "
+                f"{cpu(b):.4f} %; wake-ups/s: holder {wake(h):.2f}, import-only {wake(b):.2f}; "
+                f"threads: holder {status[h]['Threads']}, import-only {status[b]['Threads']}"
+            ),
+            extra={
+                "baseline_cpu_percent": cpu(b),
+                "holder_wakeups_per_s": wake(h),
+                "baseline_wakeups_per_s": wake(b),
+                "window_s": wall,
+            },
+        ),
+        Row("idle_rss", "4. idle holder: RSS", "MB", [rss(h)], note=f"VmRSS after {window}"),
+        Row("baseline_rss", "4. import-only script: RSS", "MB", [rss(b)]),
+        Row(
+            "extra_rss",
+            "4. idle holder: extra RSS vs import-only",
+            "MB",
+            [rss(h) - rss(b)],
+            target=3.0,
+        ),
+    ]
+
+
+# -- 5. import cost -------------------------------------------------------------
+
+
+def _time_import(code: str, runs: int, pycache: Path) -> list[float]:
+    samples = []
+    for i in range(runs + 1):  # the first run warms the bytecode and page caches
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=WAIT,
+            env=child_env(pycache),
+            check=False,
+        )
+        if done.returncode != 0:
+            raise BenchError(f"import child failed ({done.returncode}): {done.stderr.strip()}")
+        if i:
+            samples.append(float(done.stdout.strip()) * 1000)
+    return samples
+
+
+def bench_import(base: Path, runs: int) -> list[Row]:
+    pycache = base / "pycache"
+    return [
+        Row(
+            "import_standalone",
+            "5. import highlander, fresh interpreter",
+            "ms",
+            _time_import(IMPORT_STANDALONE, runs, pycache),
+        ),
+        Row(
+            "import_marginal",
+            "5. import highlander after asyncio+anyio+json+logging",
+            "ms",
+            _time_import(IMPORT_MARGINAL, runs, pycache),
+            target=5.0,
+        ),
+    ]
