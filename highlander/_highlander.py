@@ -29,11 +29,12 @@ from highlander._claim import Reign, claim_free
 from highlander._deadlines import Timeouts
 from highlander._errors import Deposed, ForeignHolderError, HighlanderError
 from highlander._events import Event, Outcome
-from highlander._incumbent import Incumbent, SaveHook
+from highlander._incumbent import Incumbent
 from highlander._log import flush, hold, log
 from highlander._modes import Mode, ThrashPolicy
 from highlander._newcomer import Duplicate, acquire, probe
 from highlander._record import HolderRecord, read_record
+from highlander._saving import SaveHook
 from highlander._settings import Settings
 
 #: Safety net on the caller's wait for a contended start (the protocol's own

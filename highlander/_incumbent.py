@@ -10,7 +10,6 @@ and other newcomers get BUSY meanwhile.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import os
 import secrets
 import socket
@@ -33,22 +32,19 @@ from highlander._messages import (
     Busy,
     Hello,
     Intent,
-    ProgressReport,
     Refused,
     Save,
     Saved,
     Status,
     StatusReply,
 )
-from highlander._progress import Progress
+from highlander._saving import SaveHook, run_save
 from highlander._settings import Settings
 from highlander._state import Role
 from highlander._wire import Overdue, receive_event, send_frame
 
 #: Connections served at once; more are closed on accept (each is bounded by deadlines).
 MAX_CONNECTIONS = 64
-
-SaveHook = Callable[[Progress], Any]
 
 
 class Incumbent:
@@ -279,7 +275,7 @@ class Incumbent:
         events, started = self.settings.events, time.monotonic()
         events.emit(Event.SAVE_REQUESTED, peer_pid=peer.pid, intent=save.intent)
         try:
-            handoff = await self._run_save(sock, conn)
+            handoff = await run_save(self.on_save, sock, conn)
             saved = Saved(handoff=handoff, generation=self.reign.record.generation)
         except Exception as exc:  # the hook's failure is reported, never fatal to the holder
             if isinstance(exc, ProtocolError):
@@ -312,54 +308,6 @@ class Incumbent:
             return
         await self._step_down(Outcome.DEPOSED if succeed else Outcome.STOPPED, peer, started)
 
-    async def _run_save(self, sock: socket.socket, conn: Connection) -> dict[str, Any] | None:
-        """Run the save hook while a pump turns its progress into PROGRESS frames."""
-        wake = anyio.Event()
-        token = anyio.lowlevel.current_token()
-        loop_thread = threading.get_ident()
-
-        def notify() -> None:
-            if threading.get_ident() == loop_thread:
-                wake.set()
-            else:
-                # RuntimeError: the loop is gone; the save outlived its conversation.
-                with contextlib.suppress(RuntimeError):
-                    anyio.from_thread.run_sync(wake.set, token=token)
-
-        progress = Progress(notify)
-        result: list[Any] = []
-
-        async def pump(done: anyio.Event) -> None:
-            nonlocal wake
-            sent = -1
-            start = ProgressReport(counter=0, note="saving")
-            await send_frame(sock, conn.send(start, anyio.current_time()))
-            sent = 0
-            while not done.is_set():
-                await wake.wait()
-                wake = anyio.Event()
-                state = progress.state
-                if state.counter > sent:
-                    step = ProgressReport(state.counter, state.done, state.total, state.note)
-                    await send_frame(sock, conn.send(step, anyio.current_time()))
-                    sent = state.counter
-
-        async def save(done: anyio.Event) -> None:
-            try:
-                result.append(await _call_hook(self.on_save, progress))
-            finally:
-                done.set()
-                wake.set()
-
-        done = anyio.Event()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(pump, done)
-            tg.start_soon(save, done)
-        value = result[0] if result else None
-        if value is not None and not isinstance(value, dict):
-            raise TypeError(f"on_save must return a dict or None, not {type(value).__name__}")
-        return value
-
     async def _step_down(self, outcome: Outcome, peer: PeerCredentials, started: float) -> None:
         self.outcome = outcome
         events = self.settings.events
@@ -376,17 +324,6 @@ class Incumbent:
         )
         await self.on_deposed(outcome)
         self.stop()
-
-
-async def _call_hook(hook: SaveHook | None, progress: Progress) -> Any:
-    if hook is None:
-        return None
-    if inspect.iscoroutinefunction(hook):
-        return await hook(progress)
-    value = await anyio.to_thread.run_sync(hook, progress, abandon_on_cancel=True)
-    if inspect.isawaitable(value):
-        return await value
-    return value
 
 
 def _pid(peer: PeerCredentials | None) -> int | None:
