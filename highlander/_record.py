@@ -44,9 +44,28 @@ def read_record(path: str) -> HolderRecord | None:
     try:
         with open(path, "rb") as handle:
             data: Any = json.loads(handle.read(1024 * 1024))
-        return HolderRecord(**data)
+        record = HolderRecord(**data)
     except (OSError, ValueError, TypeError):
         return None
+    return record if _well_typed(record) else None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _well_typed(record: HolderRecord) -> bool:
+    """Every field has its declared type (a hand-edited or corrupted record has not)."""
+    ints = (record.pid, record.start_time, record.uid, record.generation, record.since_ms)
+    texts = (record.exe, record.boot_id, record.app, record.mode)
+    return (
+        all(_is_int(value) for value in ints)
+        and all(isinstance(value, str) for value in texts)
+        and isinstance(record.cmdline, list)
+        and all(isinstance(part, str) for part in record.cmdline)
+        and isinstance(record.successions_ms, list)
+        and all(_is_int(at) for at in record.successions_ms)
+    )
 
 
 def write_record(path: str, record: HolderRecord) -> None:
