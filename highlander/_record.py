@@ -47,19 +47,27 @@ def read_record(path: str) -> HolderRecord | None:
         record = HolderRecord(**data)
     except (OSError, ValueError, TypeError):
         return None
-    return record if _well_typed(record) else None
+    return record if _plausible(record) else None
 
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _well_typed(record: HolderRecord) -> bool:
-    """Every field has its declared type (a hand-edited or corrupted record has not)."""
+#: A pid_t is a C int; the kernel never hands out 0 or negative pids.
+PID_MAX = 2**31 - 1
+#: Far below the protocol's 63-bit integers, so +1 per claim can never overflow them.
+GENERATION_MAX = 2**62
+
+
+def _plausible(record: HolderRecord) -> bool:
+    """Every field has its declared type and range (a corrupted record has not)."""
     ints = (record.pid, record.start_time, record.uid, record.generation, record.since_ms)
     texts = (record.exe, record.boot_id, record.app, record.mode)
     return (
-        all(_is_int(value) for value in ints)
+        all(_is_int(value) and value >= 0 for value in ints)
+        and 1 <= record.pid <= PID_MAX
+        and record.generation < GENERATION_MAX
         and all(isinstance(value, str) for value in texts)
         and isinstance(record.cmdline, list)
         and all(isinstance(part, str) for part in record.cmdline)

@@ -37,7 +37,7 @@ async def wait_for_exit(pid: int, timeout: float) -> bool:
     """Wait until process ``pid`` exits (pidfd: no polling); ``False`` on timeout."""
     try:
         fd = os.pidfd_open(pid)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError, ValueError):
         return True
     try:
         return await _wait_pidfd(fd, timeout)
@@ -58,6 +58,11 @@ async def terminate(expected: Expected, timeouts: Timeouts, events: EventLog, wh
         fd = os.pidfd_open(expected.pid)
     except ProcessLookupError:
         return
+    except (OSError, OverflowError) as exc:  # pid 0, negative, or beyond pid_t
+        raise ForeignHolderError(
+            f"the holder's record names pid {expected.pid}, which no process can have "
+            f"({exc}): the record is corrupt; remove it and stop the holder yourself"
+        ) from None
     try:
         problem = mismatch(expected)
         if problem is not None:
