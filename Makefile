@@ -34,5 +34,8 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) scripts/bench.py
 
+chaos: $(STAMP)
+	$(PY) scripts/chaos.py --events 500 --seed 1
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

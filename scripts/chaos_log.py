@@ -1,0 +1,94 @@
+"""Reading the evidence: the project's event log (across rotations) and the witness log.
+
+The event log is rotated to ``.1`` past 1 MiB, and a writer that opened the
+file just before a rotation still appends to the old file.  So the tail keeps
+every file it has ever seen at the log's path open and reads each to its
+end: no line is lost, however many rotations a long run causes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class EventTail:
+    """Every JSON line ever appended to ``path`` (and the files it was rotated to)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._files: dict[tuple[int, int], list[Any]] = {}  # id -> [fd, partial line]
+        self._order: list[tuple[int, int]] = []
+        self.lines: list[dict[str, Any]] = []
+        self.torn = 0
+
+    def _open(self, name: str) -> None:
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return
+        st = os.fstat(fd)
+        key = (st.st_dev, st.st_ino)
+        if key in self._files:
+            os.close(fd)
+            return
+        self._files[key] = [fd, b""]
+        self._order.append(key)
+
+    def poll(self) -> None:
+        """Read what was appended since the last call (and open a new file after a rotation)."""
+        if not self._files:
+            self._open(self.path + ".1")
+        self._open(self.path)
+        for key in self._order:
+            entry = self._files[key]
+            while chunk := os.read(entry[0], 1 << 20):
+                entry[1] += chunk
+            *complete, entry[1] = entry[1].split(b"\n")
+            for raw in complete:
+                try:
+                    record = json.loads(raw)
+                except ValueError:
+                    self.torn += 1
+                    continue
+                if isinstance(record, dict):
+                    self.lines.append(record)
+
+    def events(self) -> list[dict[str, Any]]:
+        """All events, oldest first (by timestamp; file order among equal ones)."""
+        return sorted(self.lines, key=lambda e: e.get("ts", 0.0))
+
+    @property
+    def files(self) -> int:
+        return len(self._order)
+
+    def close(self) -> None:
+        for fd, _ in self._files.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._files.clear()
+
+
+@dataclass(frozen=True)
+class Witness:
+    """One line of the witness log: ``acquire`` or ``release`` by ``pid`` at ``ns``."""
+
+    what: str
+    pid: int
+    generation: int
+    ns: int
+
+
+def read_witness(path: Path) -> list[Witness]:
+    """The witness lines (each written with one ``write`` on an ``O_APPEND`` descriptor)."""
+    if not path.exists():
+        return []
+    lines = []
+    for line in path.read_text().splitlines():
+        what, pid, generation, ns = line.split()
+        lines.append(Witness(what, int(pid), int(generation), int(ns)))
+    return lines

@@ -1,0 +1,116 @@
+"""The chaos run's summary: the numbers, which of them must be zero, and the verdict."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaos_check import Findings
+
+#: Convergence after the last event must take less than this (seconds).
+CONVERGENCE_BOUND = 20.0
+#: How many lines of each violation list the summary prints.
+SHOW = 10
+
+
+@dataclass
+class Report:
+    """One run: what was done, what was found, and how it settled."""
+
+    seed: int
+    events: int
+    found: Findings
+    noops: Counter[str] = field(default_factory=Counter)
+    harness: Counter[str] = field(default_factory=Counter)
+    duration_s: float = 0.0
+    convergence_s: float | None = None
+    interventions: int = 0
+    final_status: dict[str, Any] | None = None
+    event_files: int = 0
+    torn_lines: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def must_be_zero(self) -> dict[str, list[str]]:
+        f = self.found
+        checks = {
+            "double holders": f.double_holders,
+            "signals to a process that was not the verified incumbent": f.wrong_signals,
+            "deaths by a signal nobody logged": f.unlogged_deaths,
+            "bystanders signalled": f.bystanders_hurt,
+            "lost handoffs": f.lost_handoffs,
+            "legacy locks of live processes removed": f.wrong_legacy,
+            "stdout bytes written by children": ["bytes"] * f.stdout_bytes,
+            "uncaught exceptions in Highlander processes": f.crashes,
+            "invalid messages between Highlander processes": f.bad_messages,
+        }
+        if self.convergence_s is None or self.convergence_s > CONVERGENCE_BOUND:
+            checks["convergence within the bound"] = [f"{self.convergence_s}"]
+        return checks
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.must_be_zero().values())
+
+    def render(self) -> str:
+        f = self.found
+        successions = f.claims.get("succeeded", 0)
+        claims = ", ".join(f"{k} {v}" for k, v in sorted(f.claims.items()))
+        hung = ", ".join(f"{k} {v}" for k, v in sorted(f.hung.items())) or "none"
+        harness = ", ".join(f"{k} {v}" for k, v in sorted(self.harness.items())) or "none"
+        noops = sum(self.noops.values())
+        newcomers = "; ".join(f"{v} {k}" for k, v in f.newcomers.most_common())
+        conv = "never" if self.convergence_s is None else f"{self.convergence_s:.2f} s"
+        lines = [
+            f"chaos: seed {self.seed}: {self.events} events run in {self.duration_s:.1f} s "
+            f"({noops} of them no-ops: {dict(self.noops) or 'none'})",
+            f"  newcomers: {sum(f.newcomers.values())} ({newcomers})",
+            f"  claims: {sum(f.claims.values())} ({claims})",
+            f"  successions (claimed outcome=succeeded): {successions} (handovers abandoned by "
+            f"the successor after SAVED: {f.abandoned})",
+            f"  kills by Highlander (terminated/killed events): {f.kills} (hung: {hung})",
+            f"  harness actions: {harness}",
+            f"  double holders (must be 0): {len(f.double_holders)}",
+            "  signals to a process that was not the verified incumbent (must be 0): "
+            f"{len(f.wrong_signals)} (from a successor to its deposed predecessor: "
+            f"{f.exit_kills}; to an incumbent already exiting: {f.late_signals}; to an "
+            f"incumbent between its ACK or claim and its acquire line: {f.before_acquire})",
+            f"  deaths by a signal nobody logged (must be 0): {len(f.unlogged_deaths)}",
+            f"  bystanders signalled (must be 0): {len(f.bystanders_hurt)}",
+            f"  lost handoffs (must be 0): {len(f.lost_handoffs)} "
+            f"(handoffs passed intact: {f.handoffs_kept})",
+            "  holder died without a save (counter restarts, reported separately): "
+            f"{f.reset_sigkill} SIGKILLed by the harness, "
+            f"{f.reset_hang_kill} killed by Highlander after a hang",
+            f"  legacy locks: {dict(f.legacy) or 'none'}; removed while naming a live "
+            f"process (must be 0): {len(f.wrong_legacy)}",
+            f"  stdout bytes written by children (must be 0): {f.stdout_bytes}",
+            f"  generation not advancing by exactly one: {len(f.generation_jumps)} "
+            "(each after a corrupted or planted .state)",
+            f"  uncaught exceptions in Highlander processes (must be 0): {len(f.crashes)}",
+            f"  convergence after the last event: {conv} (bound {CONVERGENCE_BOUND:g} s; "
+            f"operator interventions: {self.interventions})",
+        ]
+        if self.final_status is not None:
+            s = self.final_status
+            lines.append(
+                f"  final `highlander status --json`: held={s.get('held')} "
+                f"answers={s.get('answers')} pid={s.get('pid')} generation={s.get('generation')}"
+            )
+        lines.append(
+            f"  evidence: {len(f.reigns)} reigns, {self.event_files} event-log file(s), "
+            f"{self.torn_lines} torn line(s), {len(f.anomalies)} anomalies"
+        )
+        for title, items in [
+            *self.must_be_zero().items(),
+            ("generation jumps", f.generation_jumps),
+            ("anomalies", f.anomalies),
+            ("notes", self.notes),
+        ]:
+            if items and title != "stdout bytes written by children":
+                lines.append(f"  {title}:")
+                lines += [f"    - {item}" for item in items[:SHOW]]
+                if len(items) > SHOW:
+                    lines.append(f"    ... and {len(items) - SHOW} more")
+        lines.append("RESULT: " + ("PASS" if self.ok else "FAIL"))
+        return "\n".join(lines)
