@@ -95,7 +95,8 @@ class Listener:
 
     sock: socket.socket
     path: str
-    file_id: tuple[int, int]
+    #: The public path's (device, inode) when it was ours; ``None`` if it was gone.
+    file_id: tuple[int, int] | None
 
     @classmethod
     def bind(cls, paths: ProjectPaths) -> tuple[Listener, bool]:
@@ -145,7 +146,11 @@ class Listener:
                 # listen() again records *our* credentials on the socket, so
                 # SO_PEERCRED names the new holder to clients that connect now.
                 sock.listen(BACKLOG)
-                return cls(sock, paths.socket, _file_id(paths.socket))
+                try:
+                    file_id: tuple[int, int] | None = _file_id(paths.socket)
+                except FileNotFoundError:
+                    file_id = None  # deleted by hand meanwhile: the successor rebinds
+                return cls(sock, paths.socket, file_id)
         except OSError:
             pass
         sock.close()
@@ -157,7 +162,7 @@ class Listener:
         Only a holder unlinks, and only while it still holds the lock, so the
         file it removes cannot belong to a live successor.
         """
-        if unlink:
+        if unlink and self.file_id is not None:
             with contextlib.suppress(OSError):
                 if _file_id(self.path) == self.file_id:
                     os.unlink(self.path)

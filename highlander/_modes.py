@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from highlander._errors import ConfigurationError
 
 MODE_VAR = "HIGHLANDER_MODE"
+#: Succession times this far ahead of our clock still count (clocks of one host agree).
+_CLOCK_SKEW_MS = 1000
 
 
 class Mode(enum.StrEnum):
@@ -75,9 +77,13 @@ class ThrashPolicy:
             raise ConfigurationError(f"thrash window must be > 0 seconds, got {self.window!r}")
 
     def recent(self, history_ms: Sequence[int], now_ms: int) -> list[int]:
-        """Return the succession times (Unix ms) that still count at ``now_ms``."""
+        """Return the succession times (Unix ms) that still count at ``now_ms``.
+
+        Times in the future (a clock stepped back, a damaged record) are
+        dropped: they would otherwise count forever.
+        """
         horizon = now_ms - int(self.window * 1000)
-        return [at for at in history_ms if at > horizon]
+        return [at for at in history_ms if horizon < at <= now_ms + _CLOCK_SKEW_MS]
 
     def allows(self, history_ms: Sequence[int], now_ms: int) -> bool:
         """Whether one more succession is allowed now."""

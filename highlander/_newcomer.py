@@ -87,6 +87,18 @@ class _Hung:
     phase: str
 
 
+@dataclass(frozen=True, slots=True)
+class _Transition:
+    """A silent listener ``pid`` that the record (naming ``recorded``) does not name.
+
+    A successor holds the inherited listener while its predecessor is still
+    leaving; it writes its own record once the predecessor is gone.
+    """
+
+    pid: int
+    recorded: int
+
+
 class _Retry:
     """The holder changed or vanished under us: try again now."""
 
@@ -94,55 +106,98 @@ class _Retry:
 _RETRY = _Retry()
 
 
+class _Patience:
+    """How long a condition has held, restarted whenever the holder's record changes."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.since: float | None = None
+        self.seen: tuple[int, int] | None = None
+
+    def exceeded(self, limit: float) -> bool:
+        """Whether the condition has lasted ``limit`` seconds under one record."""
+        record = read_record(self.settings.paths.state)
+        seen = (record.pid, record.generation) if record else None
+        now = time.monotonic()
+        if self.since is None or seen != self.seen:
+            self.since, self.seen = now, seen
+        return now - self.since > limit
+
+    def reset(self) -> None:
+        """Forget the condition."""
+        self.since = None
+
+
 async def acquire(settings: Settings) -> Reign | Duplicate:
     """Hold the project (or learn that we run as a duplicate); see the module docstring."""
-    timeouts, events = settings.timeouts, settings.events
-    unreachable_since: float | None = None
-    mismatches, delay = 0, 0.001
+    progress = _Progress(settings)
+    delay = 0.001
     for _ in range(MAX_ATTEMPTS):
         reign = claim_free(settings)
         if reign is not None:
             return reign
         if settings.mode is not Mode.AUTO:
             record = read_record(settings.paths.state)
-            events.emit(Event.DETECTED, holder_pid=record.pid if record else None)
+            settings.events.emit(Event.DETECTED, holder_pid=record.pid if record else None)
             return Duplicate(record)
         result = await _attempt(settings)
         if isinstance(result, Reign):
             return result
+        if not await progress.settle(result):
+            await anyio.sleep(delay)  # bounded back-off before the next attempt
+            delay = min(delay * 2, 0.05)
+    raise IncumbentUnreachableError(  # pragma: no cover - every attempt is bounded
+        f"gave up after {MAX_ATTEMPTS} attempts to hold {settings.paths.socket}"
+    )
+
+
+class _Progress:
+    """What the failed attempts so far add up to, and what to do about the last one."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.socketless = _Patience(settings)
+        self.transition = _Patience(settings)
+        self.mismatches = 0
+
+    async def settle(self, result: _Wait | _Hung | _Transition | _Retry | Mismatch | None) -> bool:
+        """Act on a failed attempt; return whether the next one may start at once."""
+        settings, timeouts, events = self.settings, self.settings.timeouts, self.settings.events
         if isinstance(result, _Wait):
             await wait_for_exit(result.pid, timeouts.stall)
-        elif isinstance(result, _Hung):
+            return True
+        if isinstance(result, _Hung):
             events.emit(Event.HUNG, peer_pid=result.expected.pid, phase=result.phase)
             await terminate(result.expected, timeouts, events, f"missed {result.phase}")
-        elif isinstance(result, Mismatch):
+            return True
+        if isinstance(result, Mismatch):
             # A client that connected while the listener was being handed over
             # sees the predecessor's credentials; a fresh connection sees the
             # holder's.  A mismatch that persists is not a handover.
-            mismatches += 1
-            if mismatches >= MAX_MISMATCHES:
+            self.mismatches += 1
+            if self.mismatches >= MAX_MISMATCHES:
                 events.emit(Event.IDENTITY_MISMATCH, peer_pid=result.pid, reason=result.problem)
                 raise ForeignHolderError(
                     f"{settings.paths.socket} is served by pid {result.pid}, which is not a "
                     f"verified holder ({result.problem}); Highlander will not depose it"
                 )
-        elif result is None:  # the lock is held, but nobody listens
-            now = time.monotonic()
-            unreachable_since = unreachable_since or now
-            if now - unreachable_since > timeouts.hello:
-                unreachable_since = None
-                await _end_socketless_holder(settings)
-                continue
-            # A holder between taking the lock and renaming its socket into
-            # place: microseconds.  Back off briefly, bounded by the hello timeout.
-            await anyio.sleep(delay)
-            delay = min(delay * 2, 0.05)
-        else:  # _RETRY: the holder went away or closed on us; do not spin
-            await anyio.sleep(delay)
-            delay = min(delay * 2, 0.05)
-    raise IncumbentUnreachableError(  # pragma: no cover - every attempt is bounded
-        f"gave up after {MAX_ATTEMPTS} attempts to hold {settings.paths.socket}"
-    )
+            return True
+        if isinstance(result, _Transition):
+            if self.transition.exceeded(timeouts.exit_grace + timeouts.term_grace + timeouts.hello):
+                raise ForeignHolderError(
+                    f"pid {result.pid} listens on {settings.paths.socket} without answering "
+                    f"while the record names pid {result.recorded}, and no handover finished: "
+                    "Highlander will not signal it; run `highlander status`"
+                )
+            return False
+        if result is None and self.socketless.exceeded(timeouts.hello):
+            # The lock is held and nobody listens, under one holder, for too long.
+            self.socketless.reset()
+            await _end_socketless_holder(settings)
+            return True
+        # A holder between taking the lock and renaming its socket into place
+        # (microseconds), or one that went away under us: back off, try again.
+        return False
 
 
 def record_target(settings: Settings, record: HolderRecord | None) -> Expected | None:
@@ -172,7 +227,9 @@ async def _end_socketless_holder(settings: Settings) -> None:
     await terminate(target, settings.timeouts, settings.events, "no socket")
 
 
-async def _attempt(settings: Settings) -> Reign | _Wait | _Hung | _Retry | Mismatch | None:
+async def _attempt(
+    settings: Settings,
+) -> Reign | _Wait | _Hung | _Transition | _Retry | Mismatch | None:
     sock = await connect(settings.paths.socket)
     if sock is None:
         return None
@@ -182,15 +239,7 @@ async def _attempt(settings: Settings) -> Reign | _Wait | _Hung | _Retry | Misma
         if isinstance(greeting, Mismatch):
             return greeting
         if isinstance(greeting, Silent):
-            if greeting.closed:
-                return _RETRY
-            target = record_target(settings, read_record(settings.paths.state))
-            if target is None or target.pid != greeting.pid:
-                raise ForeignHolderError(
-                    f"pid {greeting.pid} listens on {settings.paths.socket} without answering, "
-                    "and the holder's record does not name it: Highlander will not signal it"
-                )
-            return _Hung(target, Phase.HELLO.value)
+            return _silent(settings, greeting)
         if greeting.hello.pid == os.getpid():
             raise ConfigurationError(
                 f"this process already holds {settings.app} for {settings.root}: keep the "
@@ -202,6 +251,21 @@ async def _attempt(settings: Settings) -> Reign | _Wait | _Hung | _Retry | Misma
     finally:
         close_fds(fds)
         sock.close()
+
+
+def _silent(settings: Settings, greeting: Silent) -> _Hung | _Transition | _Retry:
+    """Connected, but no HELLO: decide from the holder's record, never from a guess."""
+    if greeting.closed:
+        return _RETRY
+    target = record_target(settings, read_record(settings.paths.state))
+    if target is None:
+        raise ForeignHolderError(
+            f"pid {greeting.pid} listens on {settings.paths.socket} without answering, "
+            "and no holder's record names it: Highlander will not signal it"
+        )
+    if target.pid != greeting.pid:
+        return _Transition(greeting.pid, target.pid)
+    return _Hung(target, Phase.HELLO.value)
 
 
 def _hello_target(greeting: Greeting, lock_path: str | None) -> Expected:
@@ -286,6 +350,11 @@ def _take_over(
     predecessor: int,
     started: float,
 ) -> Reign:
+    if listener.file_id is None:
+        # The socket file was deleted during the handover: publish a fresh one
+        # (we hold the lock) rather than reign unreachable.
+        listener.close(unlink=False)
+        listener, _ = Listener.bind(settings.paths)
     previous = read_record(settings.paths.state)
     record = new_record(settings, previous, successor_of=saved.generation)
     write_record(settings.paths.state, record)

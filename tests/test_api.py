@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from highlander import ConfigurationError, Deposed, Highlander, Mode, Outcome
+from highlander import ConfigurationError, Deposed, Highlander, Mode, Outcome, _log
+
+
+@pytest.fixture(autouse=True)
+def _logs_written_inside_the_test() -> Iterator[None]:
+    """Log lines render on a thread: write them before pytest stops capturing."""
+    yield
+    _log.flush()
 
 
 def _handle(tmp_path: Path, **options: object) -> Highlander:
@@ -91,3 +99,12 @@ def test_claiming_twice_in_one_process_is_an_error_not_a_suicide(tmp_path: Path)
         first.check_current()
     finally:
         first.release()
+
+
+def test_thrash_history_ignores_times_in_the_future() -> None:
+    from highlander._modes import ThrashPolicy
+
+    policy = ThrashPolicy(limit=2, window=60.0)
+    now = 1_000_000_000_000
+    assert policy.recent([now - 61_000, now - 1_000, now + 3_600_000], now) == [now - 1_000]
+    assert policy.allows([now + 10**9] * 5, now)

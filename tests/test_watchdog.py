@@ -161,3 +161,34 @@ def test_unreachable_but_verified_holder_is_replaced(kids: Children) -> None:
     assert report["outcome"] == "claimed_free"
     assert first.finish()[0] == -signal.SIGKILL
     assert [e["peer_pid"] for e in kids.events("killed")] == [first.pid]
+
+
+def test_socket_deleted_during_the_save_does_not_lose_the_handoff(kids: Children) -> None:
+    first = kids.start(steps=5, step_delay=0.1)
+    first.wait_for("ready")
+    second = kids.start(timeouts={**FAST, "ceiling": 30.0})
+    first.wait_for("saving")
+    for sock in kids.runtime.glob("*.sock"):
+        sock.unlink()
+    report = second.wait_for("ready")
+    assert report["outcome"] == "succeeded"
+    assert report["handoff"]["counter"] == 1
+    assert first.finish()[0] == 0
+    assert list(kids.runtime.glob("*.sock")), "the successor publishes a socket again"
+    third = kids.start(timeouts=FAST)
+    assert third.wait_for("ready")["outcome"] == "succeeded"  # and it answers
+
+
+def test_newcomer_waits_out_a_handover_whose_predecessor_hangs(kids: Children) -> None:
+    first = kids.start(hang_when_deposed=True)
+    first.wait_for("ready")
+    second = kids.start(timeouts=FAST)
+    first.wait_for("deposed")
+    os.kill(first.pid, signal.SIGSTOP)
+    third = kids.start(timeouts=FAST)
+    assert second.wait_for("ready")["outcome"] == "succeeded"
+    report = third.wait_for("ready")
+    assert report["outcome"] == "succeeded"
+    assert report["generation"] == 3
+    assert first.finish()[0] == -signal.SIGKILL
+    assert second.finish()[0] == 0
