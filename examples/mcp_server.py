@@ -8,17 +8,16 @@ It writes nothing to stdout itself (that stream is the JSON-RPC wire). When
 a second copy starts for the same project (another IDE window, a restarted
 agent), the running one saves its notes in ``save``, hands them over and
 exits with status 0; the new one starts with them from ``hl.handoff``.
+The tools live in ``notes.py``; the three Highlander lines are in ``main``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from notes import read_snapshot, server, store, write_snapshot
 
 from highlander import Highlander, Progress
 
@@ -26,36 +25,17 @@ from highlander import Highlander, Progress
 #: size only the snapshot's path is handed over and the successor reads the file.
 HANDOFF_LIMIT = 60 * 1024
 
-server = MCPServer("notes")
-#: The notes. Only async tools touch it, so every change happens on the event
-#: loop's thread; ``save`` (on Highlander's thread) takes one atomic copy.
-store: dict[str, str] = {}
-
-
-def snapshot_path() -> Path:
-    """``.notes-snapshot.json`` in the project directory (as Highlander finds the project)."""
-    project = (
-        os.environ.get("HIGHLANDER_PROJECT") or os.environ.get("CLAUDE_PROJECT_DIR") or os.getcwd()
-    )
-    return Path(project).resolve() / ".notes-snapshot.json"
-
 
 def save(progress: Progress) -> dict[str, Any]:
     """Highlander's save hook: runs here when a successor asks; returns the handoff."""
-    notes = dict(store)
+    notes = dict(store)  # one copy: the tools keep running on the event loop
     progress.advance(f"copied {len(notes)} notes")
-    path = snapshot_path()
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "w", encoding="utf-8") as handle:
-        json.dump(notes, handle, ensure_ascii=False)
-        handle.flush()
-        os.fsync(handle.fileno())
-    progress.advance(f"wrote {temporary.name}")
-    os.replace(temporary, path)  # atomic: a reader sees the old snapshot or the new one
+    path = write_snapshot(notes)
     progress.advance(f"saved {path}")
     handoff: dict[str, Any] = {"notes": notes, "snapshot": str(path)}
     if len(json.dumps(handoff, ensure_ascii=False).encode()) > HANDOFF_LIMIT:
         handoff = {"snapshot": str(path)}
+    progress.advance("handoff ready")
     return handoff
 
 
@@ -65,35 +45,8 @@ def restore(handoff: dict[str, Any] | None) -> None:
         return
     notes = handoff.get("notes")
     if notes is None and handoff.get("snapshot"):
-        notes = json.loads(Path(handoff["snapshot"]).read_text(encoding="utf-8"))
+        notes = read_snapshot(Path(handoff["snapshot"]))
     store.update(notes or {})
-
-
-@server.tool()
-async def add_note(key: str, text: str) -> str:
-    """Store ``text`` under ``key``, replacing any note of that name."""
-    store[key] = text
-    return f"saved note {key!r}"
-
-
-@server.tool()
-async def get_note(key: str) -> str:
-    """Return the note stored under ``key``."""
-    if key not in store:
-        raise ToolError(f"no note named {key!r}")
-    return store[key]
-
-
-@server.tool()
-async def list_notes() -> dict[str, str]:
-    """Return every note, by key."""
-    return dict(store)
-
-
-@server.tool()
-async def whoami() -> int:
-    """Return this server's process id."""
-    return os.getpid()
 
 
 def main() -> None:

@@ -14,46 +14,22 @@ file. It writes nothing to stdout itself (that stream is the JSON-RPC wire).
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
-from pathlib import Path
 from types import FrameType
 
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-
-server = MCPServer("notes")
-#: The notes. Only async tools touch it, so every change happens on the main
-#: thread (the event loop's), where the SIGTERM handler runs too.
-store: dict[str, str] = {}
-
-
-def snapshot_path() -> Path:
-    """``.notes-snapshot.json`` in the project directory."""
-    project = (
-        os.environ.get("HIGHLANDER_PROJECT") or os.environ.get("CLAUDE_PROJECT_DIR") or os.getcwd()
-    )
-    return Path(project).resolve() / ".notes-snapshot.json"
+from notes import read_snapshot, server, store, write_snapshot
 
 
 def persist() -> None:
-    """Write the notes to the snapshot file atomically."""
-    path = snapshot_path()
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "w", encoding="utf-8") as handle:
-        json.dump(store, handle, ensure_ascii=False)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    """Write the notes to the snapshot file."""
+    write_snapshot(dict(store))
 
 
 def load() -> None:
     """Start from the snapshot file, if a previous run left one."""
-    path = snapshot_path()
-    if path.exists():
-        store.update(json.loads(path.read_text(encoding="utf-8")))
+    store.update(read_snapshot())
 
 
 def on_sigterm(_signum: int, _frame: FrameType | None) -> None:
@@ -65,33 +41,6 @@ def on_sigterm(_signum: int, _frame: FrameType | None) -> None:
     persist()
     sys.stderr.flush()
     os._exit(0)
-
-
-@server.tool()
-async def add_note(key: str, text: str) -> str:
-    """Store ``text`` under ``key``, replacing any note of that name."""
-    store[key] = text
-    return f"saved note {key!r}"
-
-
-@server.tool()
-async def get_note(key: str) -> str:
-    """Return the note stored under ``key``."""
-    if key not in store:
-        raise ToolError(f"no note named {key!r}")
-    return store[key]
-
-
-@server.tool()
-async def list_notes() -> dict[str, str]:
-    """Return every note, by key."""
-    return dict(store)
-
-
-@server.tool()
-async def whoami() -> int:
-    """Return this server's process id."""
-    return os.getpid()
 
 
 def main() -> None:
