@@ -8,9 +8,7 @@ benchmark starts it through :class:`Children`, which ends each child by pid.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -20,6 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from bench_env import HOLD, TOKEN, WAIT, BenchError, child_env
+
+# The test suite's process helpers, reused rather than copied.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import proctools
 
 #: The benchmark's child program: ``holder``, ``newcomer`` or ``baseline``.
 #: It reports JSON lines on the pipe named by HL_BENCH_FD and never writes stdout.
@@ -141,36 +143,19 @@ def write_child_script(base: Path) -> Path:
     return script
 
 
-class Child:
-    """One child process and the read end of its report pipe."""
+class Child(proctools.Child):
+    """A test-suite child (tests/proctools.py) whose errors carry its stderr's tail."""
 
     def __init__(self, proc: subprocess.Popen[bytes], reports: int, stderr_path: Path) -> None:
-        self.proc = proc
-        self.reports = reports
+        super().__init__(proc, reports)
         self.stderr_path = stderr_path
-        self.buffer = b""
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
 
     def next_report(self, timeout: float = WAIT) -> dict[str, Any] | None:
         """The next report line, or ``None`` if the child closed the pipe."""
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self.buffer:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise BenchError(f"child {self.pid} sent no report in {timeout} s{self.tail()}")
-            readable, _, _ = select.select([self.reports], [], [], left)
-            if not readable:
-                continue
-            chunk = os.read(self.reports, 65536)
-            if not chunk:
-                return None
-            self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\n", 1)
-        report: dict[str, Any] = json.loads(line)
-        return report
+        try:
+            return super().next_report(timeout)
+        except TimeoutError as exc:
+            raise BenchError(f"{exc}{self.tail()}") from None
 
     def expect(self, event: str, timeout: float = WAIT) -> dict[str, Any]:
         """Skip reports until one of kind ``event``; fail if the child ends first."""
