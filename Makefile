@@ -32,6 +32,7 @@ demo: $(STAMP)
 	$(PY) scripts/demo.py
 
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[test,dev,bench]'
 	$(PY) scripts/bench.py
 
 chaos: $(STAMP)

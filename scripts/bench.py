@@ -1,6 +1,6 @@
 """`make bench`: Highlander's latency, idle cost and import cost against its targets.
 
-Seven benchmarks, each over ``--runs`` runs (median, p90, min and max) unless
+Eight benchmarks, each over ``--runs`` runs (median, p90, min and max) unless
 said otherwise:
 
 1. ``Highlander(...).acquire()`` on a free project, in this process, after
@@ -23,9 +23,14 @@ said otherwise:
 7. A SIGSTOPped holder child replaced by a fresh newcomer child (HELLO
    timeout, SIGTERM, term grace, SIGKILL, claim), over ``--stop-runs`` runs;
    about 4 s a run, skipped with ``--skip-slow``.
+8. Spawn -> verdict in a fresh process while another process holds, for
+   Highlander (observe mode) and the peer lock libraries of the ``bench``
+   extra (filelock, fasteners, portalocker, pid, tendo, zc.lockfile), from
+   ``Popen`` to the verdict line; skipped with ``--skip-peers`` or, with a
+   note, when the peers are not installed.
 
 Modules: this one is the command line, the orchestration and the output;
-``bench_cases`` (1-5), ``bench_watchdog`` (6-7), ``bench_profile``
+``bench_cases`` (1-5), ``bench_watchdog`` (6-7), ``bench_peers`` (8), ``bench_profile``
 (``--profile``), ``bench_children`` (the child program and its processes),
 ``bench_results`` (rows and the table), ``bench_env`` (constants, the
 children's environment, the machine line).
@@ -57,6 +62,7 @@ from pathlib import Path
 from bench_cases import bench_acquire, bench_idle, bench_import, bench_stale, bench_succession
 from bench_children import write_child_script
 from bench_env import BenchError, machine_busy, machine_info, machine_line, own_cpu, stderr_to
+from bench_peers import bench_peers
 from bench_profile import profile_evidence
 from bench_results import Row, render_table
 from bench_watchdog import bench_identity, bench_stopped
@@ -78,6 +84,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--skip-slow", action="store_true", help="skip benchmark 7 (about 4 s per run)"
+    )
+    parser.add_argument(
+        "--skip-peers",
+        action="store_true",
+        help="skip benchmark 8, the peer lock libraries (filelock, zc.lockfile, ...)",
     )
     parser.add_argument(
         "--quick",
@@ -102,22 +113,26 @@ def run_all(base: Path, args: argparse.Namespace) -> tuple[list[Row], dict[str, 
     """Run every benchmark (and the profiles) in ``base``; a failed one becomes an ERROR row."""
     script = write_child_script(base)
     steps: list[tuple[str, Callable[[], list[Row]]]] = [
-        ("1/7 uncontended acquire", lambda: [bench_acquire(base, args.runs)]),
-        ("2/7 succession", lambda: [bench_succession(base, args.runs, script)]),
-        ("3/7 stale claim", lambda: [bench_stale(base, args.runs, script)]),
+        ("1/8 uncontended acquire", lambda: [bench_acquire(base, args.runs)]),
+        ("2/8 succession", lambda: [bench_succession(base, args.runs, script)]),
+        ("3/8 stale claim", lambda: [bench_stale(base, args.runs, script)]),
         (
-            f"4/7 idle holder ({args.idle_seconds:g} s)",
+            f"4/8 idle holder ({args.idle_seconds:g} s)",
             lambda: bench_idle(base, args.idle_seconds, script),
         ),
-        ("5/7 import cost", lambda: bench_import(base, args.runs)),
-        ("6/7 identity verification", lambda: bench_identity(base, script)),
+        ("5/8 import cost", lambda: bench_import(base, args.runs)),
+        ("6/8 identity verification", lambda: bench_identity(base, script)),
     ]
     if not args.skip_slow:
         steps.append(
             (
-                f"7/7 SIGSTOPped incumbent ({args.stop_runs} runs of about 4 s)",
+                f"7/8 SIGSTOPped incumbent ({args.stop_runs} runs of about 4 s)",
                 lambda: bench_stopped(base, args.stop_runs, script),
             )
+        )
+    if not args.skip_peers:
+        steps.append(
+            ("8/8 spawn -> verdict, Highlander and peers", lambda: bench_peers(base, args.runs))
         )
     rows: list[Row] = []
     evidence: dict[str, str] = {}
