@@ -149,6 +149,7 @@ class Child(proctools.Child):
     def __init__(self, proc: subprocess.Popen[bytes], reports: int, stderr_path: Path) -> None:
         super().__init__(proc, reports)
         self.stderr_path = stderr_path
+        self.spawned = 0.0
 
     def next_report(self, timeout: float = WAIT) -> dict[str, Any] | None:
         """The next report line, or ``None`` if the child closed the pipe."""
@@ -207,16 +208,25 @@ class Children:
         return env
 
     def start(
-        self, role: str, flags: tuple[str, ...] = (), extra: dict[str, str] | None = None
+        self,
+        role: str,
+        flags: tuple[str, ...] = (),
+        extra: dict[str, str] | None = None,
+        *,
+        script: Path | None = None,
+        label: str = "child",
     ) -> Child:
+        """Start ``script`` (default: the bench child) in ``role``; its ``spawned`` is
+        ``perf_counter()`` taken just before ``Popen``."""
         read_end, write_end = os.pipe()
         environment = self.env() | (extra or {})
         environment["HL_BENCH_FD"] = str(write_end)
-        stderr_path = self.scratch / f"child-{len(self.started)}-{role}.stderr"
+        stderr_path = self.scratch / f"{label}-{len(self.started)}-{role}.stderr"
         try:
             with open(stderr_path, "wb") as stderr:
+                spawned = time.perf_counter()
                 proc = subprocess.Popen(
-                    [sys.executable, *flags, str(self.script), role],
+                    [sys.executable, *flags, str(script or self.script), role],
                     env=environment,
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
@@ -229,6 +239,7 @@ class Children:
         finally:
             os.close(write_end)
         child = Child(proc, read_end, stderr_path)
+        child.spawned = spawned
         self.started.append(child)
         return child
 

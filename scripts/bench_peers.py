@@ -19,10 +19,7 @@ probe per library fills the private bytecode cache first.
 from __future__ import annotations
 
 import importlib.util
-import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -150,33 +147,9 @@ def _importable(module: str) -> bool:
 
 def _spawn(kids: Children, script: Path, role: str, lib: str, path: Path) -> tuple[Child, float]:
     """Start a peer child; return it and ``perf_counter()`` taken just before ``Popen``."""
-    read_end, write_end = os.pipe()
-    env = kids.env() | {
-        "HL_BENCH_FD": str(write_end),
-        "HL_PEER_LIB": lib,
-        "HL_PEER_PATH": str(path),
-        "HL_PEER_APP": APP,
-    }
-    stderr_path = kids.scratch / f"peer-{len(kids.started)}-{lib}-{role}.stderr"
-    try:
-        with open(stderr_path, "wb") as stderr:
-            start = time.perf_counter()
-            proc = subprocess.Popen(
-                [sys.executable, str(script), role],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=stderr,
-                pass_fds=(write_end,),
-            )
-    except BaseException:
-        os.close(read_end)
-        raise
-    finally:
-        os.close(write_end)
-    child = Child(proc, read_end, stderr_path)
-    kids.started.append(child)
-    return child, start
+    extra = {"HL_PEER_LIB": lib, "HL_PEER_PATH": str(path), "HL_PEER_APP": APP}
+    child = kids.start(role, extra=extra, script=script, label=f"peer-{lib}")
+    return child, child.spawned
 
 
 def _probe(kids: Children, script: Path, lib: str, path: Path, holder: int) -> float:
