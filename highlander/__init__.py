@@ -12,7 +12,9 @@ The secret comes from ``HIGHLANDER_TOKEN`` and the rollout stage from
 
 from __future__ import annotations
 
-from highlander._deadlines import Timeouts
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from highlander._errors import (
     AuthenticationError,
     ConfigurationError,
@@ -34,13 +36,27 @@ from highlander._errors import (
     UnsafeSecretError,
     VersionMismatchError,
 )
-from highlander._events import Outcome
-from highlander._highlander import Highlander
-from highlander._modes import Mode
-from highlander._progress import Progress
-from highlander._record import HolderRecord
 
 __version__ = "0.1.0.dev0"
+
+# The rest loads on first use (PEP 562), so ``import highlander`` costs only the
+# error hierarchy and every module pays for what it actually touches.
+_LAZY = {
+    "Highlander": "highlander._highlander",
+    "HolderRecord": "highlander._record",
+    "Mode": "highlander._modes",
+    "Outcome": "highlander._events",
+    "Progress": "highlander._progress",
+    "Timeouts": "highlander._deadlines",
+}
+
+if TYPE_CHECKING:
+    from highlander._deadlines import Timeouts
+    from highlander._events import Outcome
+    from highlander._highlander import Highlander
+    from highlander._modes import Mode
+    from highlander._progress import Progress
+    from highlander._record import HolderRecord
 
 __all__ = [
     "AuthenticationError",
@@ -70,3 +86,16 @@ __all__ = [
     "VersionMismatchError",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'highlander' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

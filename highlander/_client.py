@@ -14,8 +14,6 @@ import secrets
 import socket
 from dataclasses import dataclass
 
-import anyio
-
 from highlander._connection import Closed, Connection
 from highlander._errors import (
     AuthenticationError,
@@ -30,6 +28,7 @@ from highlander._identity import PeerCredentials, peer_credentials, process_iden
 from highlander._messages import Hello
 from highlander._settings import Settings
 from highlander._state import Role
+from highlander._waiting import Waiter
 from highlander._wire import Overdue, receive_event, unix_socket
 
 
@@ -41,6 +40,7 @@ class Greeting:
     conn: Connection
     hello: Hello
     peer: PeerCredentials
+    waiter: Waiter
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,14 +59,14 @@ class Mismatch:
     problem: str
 
 
-async def connect(path: str) -> socket.socket | None:
+async def connect(path: str, waiter: Waiter) -> socket.socket | None:
     """Connect to the socket at ``path``; ``None`` if nobody listens there."""
     sock = unix_socket()
     try:
         sock.connect(path)
     except BlockingIOError:
         # Backlog full: wait (bounded by the caller's deadlines) for room.
-        await anyio.wait_writable(sock)
+        await waiter.writable(sock)
         if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
             sock.close()
             return None
@@ -88,7 +88,9 @@ def check_uid(settings: Settings, peer: PeerCredentials) -> None:
         )
 
 
-async def greet(settings: Settings, sock: socket.socket) -> Greeting | Silent | Mismatch:
+async def greet(
+    settings: Settings, sock: socket.socket, waiter: Waiter
+) -> Greeting | Silent | Mismatch:
     """Read and verify HELLO on a fresh connection.
 
     Raises :class:`AuthenticationError` (token), :class:`VersionMismatchError`
@@ -100,11 +102,11 @@ async def greet(settings: Settings, sock: socket.socket) -> Greeting | Silent | 
         Role.NEWCOMER,
         key=settings.key(),
         nonce=secrets.token_bytes(16),
-        now=anyio.current_time(),
+        now=waiter.now(),
         timeouts=settings.timeouts,
     )
     try:
-        hello = await receive_event(sock, conn)
+        hello = await receive_event(sock, conn, waiter)
     except Overdue:
         settings.events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="hello")
         return Silent(peer.pid, closed=False)
@@ -129,7 +131,7 @@ async def greet(settings: Settings, sock: socket.socket) -> Greeting | Silent | 
     if problem is not None:
         return Mismatch(peer.pid, problem)
     settings.events.emit(Event.HELLO, peer_pid=peer.pid, generation=hello.generation)
-    return Greeting(sock, conn, hello, peer)
+    return Greeting(sock, conn, hello, peer, waiter)
 
 
 def hello_problem(settings: Settings, hello: Hello, kernel_pid: int) -> str | None:

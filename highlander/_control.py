@@ -14,8 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
-
 from highlander._client import Greeting, Mismatch, Silent, connect, greet
 from highlander._connection import Closed
 from highlander._errors import HighlanderError, IncumbentUnreachableError, SuccessionRefused
@@ -31,6 +29,7 @@ from highlander._messages import (
 )
 from highlander._record import HolderRecord, read_record
 from highlander._settings import Settings
+from highlander._waiting import Waiter
 from highlander._wire import Overdue, receive_event, send_frame
 
 
@@ -61,11 +60,11 @@ def lock_is_held(path: str) -> bool:
     return False
 
 
-async def query_status(settings: Settings) -> HolderStatus:
+async def query_status(settings: Settings, waiter: Waiter) -> HolderStatus:
     """Ask the holder for its status; fall back on its record when it cannot answer."""
     status = HolderStatus(held=False, socket=settings.paths.socket)
     status.record = read_record(settings.paths.state)
-    sock = await connect(settings.paths.socket)
+    sock = await connect(settings.paths.socket, waiter)
     if sock is None:
         status.held = lock_is_held(settings.paths.lock)
         if status.held:
@@ -73,7 +72,7 @@ async def query_status(settings: Settings) -> HolderStatus:
         return status
     status.held = True
     try:
-        greeting = await greet(settings, sock)
+        greeting = await greet(settings, sock, waiter)
         if isinstance(greeting, Silent | Mismatch):
             status.problem = (
                 greeting.problem if isinstance(greeting, Mismatch) else "no HELLO in time"
@@ -82,8 +81,8 @@ async def query_status(settings: Settings) -> HolderStatus:
         conn = greeting.conn
         assert conn.peer_nonce is not None
         query = Status(nonce=conn.local_nonce.hex(), echo=conn.peer_nonce.hex())
-        await send_frame(sock, conn.send(query, anyio.current_time()))
-        reply = await receive_event(sock, conn)
+        await send_frame(sock, conn.send(query, waiter.now()), waiter)
+        reply = await receive_event(sock, conn, waiter)
         if isinstance(reply, StatusReply):
             status.reply = reply
         else:
@@ -96,17 +95,17 @@ async def query_status(settings: Settings) -> HolderStatus:
 
 
 async def request_stop(
-    settings: Settings, on_progress: Callable[[ProgressReport], None]
+    settings: Settings, on_progress: Callable[[ProgressReport], None], waiter: Waiter
 ) -> tuple[int, dict[str, Any] | None]:
     """Ask the holder to save and leave; return ``(its pid, its handoff)``.
 
     Raises :class:`IncumbentUnreachableError` when there is no holder to ask.
     """
-    sock = await connect(settings.paths.socket)
+    sock = await connect(settings.paths.socket, waiter)
     if sock is None:
         raise IncumbentUnreachableError(f"no holder listens on {settings.paths.socket}")
     try:
-        greeting = await greet(settings, sock)
+        greeting = await greet(settings, sock, waiter)
         if not isinstance(greeting, Greeting):
             raise IncumbentUnreachableError(
                 f"the holder on {settings.paths.socket} did not introduce itself: "
@@ -116,18 +115,18 @@ async def request_stop(
         assert conn.peer_nonce is not None
         start = _own_start_time()
         save = Save(me, start, conn.local_nonce.hex(), conn.peer_nonce.hex(), Intent.STOP)
-        await send_frame(sock, conn.send(save, anyio.current_time()))
-        event = await receive_event(sock, conn)
+        await send_frame(sock, conn.send(save, waiter.now()), waiter)
+        event = await receive_event(sock, conn, waiter)
         while isinstance(event, ProgressReport):
             on_progress(event)
-            event = await receive_event(sock, conn)
+            event = await receive_event(sock, conn, waiter)
         if isinstance(event, Refused):
             raise SuccessionRefused(f"the holder refused: {event.detail}", reason=event.reason)
         if not isinstance(event, Saved):
             raise IncumbentUnreachableError(f"the holder went away before saving ({event})")
-        await send_frame(sock, conn.send(AckSuccession(), anyio.current_time()))
+        await send_frame(sock, conn.send(AckSuccession(), waiter.now()), waiter)
         try:  # the holder leaving; it has saved already, so a slow exit changes nothing
-            while not isinstance(await receive_event(sock, conn), Closed):
+            while not isinstance(await receive_event(sock, conn, waiter), Closed):
                 pass
         except (Overdue, OSError):
             pass

@@ -1,10 +1,12 @@
 """The public handle: ``Highlander.ensure_singleton(...)`` and ``async with Highlander(...)``.
 
-The sync API claims a free project in the caller's thread (no event loop on
-the fast path) and then serves newcomers from a daemon thread with its own
-event loop, so the application's own work cannot block the protocol.  A
-contended start runs the whole newcomer conversation on that thread too.
-The async API does the same inside the caller's event loop.
+The sync API claims the project in the caller's thread with no event loop:
+a free project directly, a held one through the newcomer conversation driven
+by blocking waits (:mod:`highlander._waiting`).  Only then does a daemon
+thread import the protocol's event-loop side and serve newcomers, so neither
+asyncio nor the protocol core is on the claim's critical path, and the
+application's own work cannot block the protocol.  The async API does the
+same inside the caller's event loop.
 """
 
 from __future__ import annotations
@@ -18,28 +20,20 @@ import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any
-
-import anyio
-import anyio.from_thread
-import anyio.lowlevel
-import anyio.to_thread
+from typing import TYPE_CHECKING, Any
 
 from highlander._claim import Reign, claim_free
-from highlander._deadlines import Timeouts
 from highlander._errors import Deposed, ForeignHolderError, HighlanderError
 from highlander._events import Event, Outcome
-from highlander._incumbent import Incumbent
 from highlander._log import flush, hold, log
 from highlander._modes import Mode, ThrashPolicy
-from highlander._newcomer import Duplicate, acquire, probe
 from highlander._record import HolderRecord, read_record
-from highlander._saving import SaveHook
 from highlander._settings import Settings
 
-#: Safety net on the caller's wait for a contended start (the protocol's own
-#: deadlines end it long before in every case we know of).
-_START_TIMEOUT_MARGIN = 30.0
+if TYPE_CHECKING:
+    from highlander._deadlines import Timeouts
+    from highlander._incumbent import Incumbent
+    from highlander._saving import SaveHook
 
 
 class Highlander:
@@ -103,6 +97,8 @@ class Highlander:
         self.settings: Settings | None = None
         self._reign: Reign | None = None
         self._incumbent: Incumbent | None = None
+        #: Orders the serving thread's start against release() from another thread.
+        self._serving = threading.Lock()
         self._thread: threading.Thread | None = None
         self._deposed = threading.Event()
         self._released = False
@@ -137,66 +133,59 @@ class Highlander:
     def _acquire(self) -> Highlander:
         settings = self._resolve()
         reign = self._claim_free(settings)
-        if reign is None and settings.mode is not Mode.AUTO:
-            self._become_duplicate(settings, _run_in_thread(probe, settings))
-            return self
-        started = threading.Event()
-        failure: list[BaseException] = []
-        if reign is not None:
-            self._begin(reign)
+        if reign is None:
+            from highlander._newcomer import acquire, probe  # noqa: PLC0415 - contended only
+            from highlander._waiting import BLOCKING, run_blocking  # noqa: PLC0415
+
+            if settings.mode is not Mode.AUTO:
+                self._become_duplicate(settings, run_blocking(probe(settings, BLOCKING)))
+                return self
+            result = run_blocking(acquire(settings, BLOCKING))
+            assert isinstance(result, Reign)  # AUTO never yields a duplicate
+            reign = result
+        self._begin(reign)
         self._thread = threading.Thread(
-            target=self._thread_main,
-            args=(settings, reign, started, failure),
-            name=f"highlander-{settings.app}",
-            daemon=True,
+            target=self._thread_main, name=f"highlander-{settings.app}", daemon=True
         )
         self._thread.start()
-        if reign is None:
-            bound = settings.timeouts.ceiling + settings.timeouts.exit_grace
-            if not started.wait(bound + _START_TIMEOUT_MARGIN):  # pragma: no cover
-                raise HighlanderError("gave up waiting for the succession to finish")
-            if failure:
-                raise failure[0]
         atexit.register(self.release)
         return self
 
-    def _thread_main(
-        self,
-        settings: Settings,
-        reign: Reign | None,
-        started: threading.Event,
-        failure: list[BaseException],
-    ) -> None:
-        async def main() -> None:
-            chosen = reign
-            if chosen is None:
-                try:
-                    result = await acquire(settings)
-                    assert isinstance(result, Reign)  # AUTO never yields a duplicate
-                    chosen = result
-                    self._begin(chosen)
-                except BaseException as exc:
-                    failure.append(exc)
-                    return
-                finally:
-                    started.set()
-            await self._serve(settings, chosen)
+    def _thread_main(self) -> None:
+        # Everything the event-loop side needs is imported here, after the
+        # claim, on this thread: the caller has long returned from acquire().
+        import anyio  # noqa: PLC0415
 
-        anyio.run(main)
+        incumbent = self._new_incumbent()
+        if incumbent is None:
+            return  # released before we got going
+        assert self.settings is not None
+        # Derive the HMAC key now, so the first newcomer does not wait for it.
+        # An error here (an unsafe secret file) is the first conversation's to report.
+        with contextlib.suppress(HighlanderError):
+            self.settings.key()
+        anyio.run(incumbent.serve, self._parent)
 
     # -- the async API ----------------------------------------------------------
 
     async def __aenter__(self) -> Highlander:
+        import anyio  # noqa: PLC0415 - the caller's loop has it loaded already
+
+        from highlander._newcomer import Duplicate, acquire, probe  # noqa: PLC0415
+        from highlander._waiting import ANYIO  # noqa: PLC0415
+
         settings = self._resolve()
         with hold():
-            result = self._claim_free(settings) or await acquire(settings)
+            result = self._claim_free(settings) or await acquire(settings, ANYIO)
         if isinstance(result, Duplicate):
-            self._become_duplicate(settings, await probe(settings))
+            self._become_duplicate(settings, await probe(settings, ANYIO))
             return self
         self._begin(result)
+        incumbent = self._new_incumbent()
+        assert incumbent is not None  # nobody could release a handle not yet returned
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
-        self._task_group.start_soon(self._serve, settings, result)
+        self._task_group.start_soon(incumbent.serve, self._parent)
         return self
 
     async def __aexit__(
@@ -249,8 +238,9 @@ class Highlander:
         """Give the project up cleanly; idempotent, also runs at interpreter exit."""
         if self._reign is None or self._released or self._deposed.is_set():
             return
-        self._released = True
-        incumbent, reign = self._incumbent, self._reign
+        with self._serving:
+            self._released = True
+            incumbent, reign = self._incumbent, self._reign
         if incumbent is not None:
             self._stop_serving(incumbent)
         if incumbent is None or incumbent.outcome is None:
@@ -269,11 +259,6 @@ class Highlander:
         return self.settings
 
     def _begin(self, reign: Reign) -> None:
-        assert self.settings is not None
-        # Created before serving starts, so release() can always stop it.
-        self._incumbent = Incumbent(
-            self.settings, reign, on_save=self._on_save, on_deposed=self._when_deposed
-        )
         self._reign = reign
         self.handoff = reign.handoff
         self.generation = reign.record.generation
@@ -321,9 +306,18 @@ class Highlander:
             if self._on_duplicate is not None:
                 self._on_duplicate(record)
 
-    async def _serve(self, settings: Settings, reign: Reign) -> None:
-        assert self._incumbent is not None
-        await self._incumbent.serve(self._parent)
+    def _new_incumbent(self) -> Incumbent | None:
+        """The server of this reign; ``None`` if release() came first."""
+        from highlander._incumbent import Incumbent  # noqa: PLC0415 - off the claim path
+
+        assert self.settings is not None and self._reign is not None
+        with self._serving:
+            if self._released:
+                return None
+            self._incumbent = Incumbent(
+                self.settings, self._reign, on_save=self._on_save, on_deposed=self._when_deposed
+            )
+            return self._incumbent
 
     async def _when_deposed(self, outcome: Outcome) -> None:
         self._deposed.set()
@@ -333,21 +327,14 @@ class Highlander:
         elif inspect.iscoroutinefunction(hook):
             await hook()
         else:
+            import anyio.to_thread  # noqa: PLC0415 - runs on the serving loop
+
             await anyio.to_thread.run_sync(hook)
 
     def _stop_serving(self, incumbent: Incumbent) -> None:
         incumbent.stop()
         if self._thread is not None and self._thread is not threading.current_thread():
             incumbent.ended.wait(timeout=5.0)
-
-
-def _run_in_thread(fn: Callable[[Settings], Any], settings: Settings) -> Any:
-    """Run async ``fn(settings)`` on a private event loop (the caller may have its own)."""
-    out: list[Any] = []
-    worker = threading.Thread(target=lambda: out.append(anyio.run(fn, settings)), daemon=True)
-    worker.start()
-    worker.join(settings.timeouts.hello * 3 + 5.0)
-    return out[0] if out else {"answering": False, "pid": None, "error": "probe did not finish"}
 
 
 def _leave_process() -> None:

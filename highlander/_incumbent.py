@@ -41,6 +41,7 @@ from highlander._messages import (
 from highlander._saving import SaveHook, run_save
 from highlander._settings import Settings
 from highlander._state import Role
+from highlander._waiting import ANYIO
 from highlander._wire import Overdue, receive_event, send_frame
 
 #: Connections served at once; more are closed on accept (each is bounded by deadlines).
@@ -215,8 +216,8 @@ class Incumbent:
             since_ms=record.since_ms,
             nonce=conn.local_nonce.hex(),
         )
-        await send_frame(sock, conn.send(hello, anyio.current_time()))
-        request = await receive_event(sock, conn)
+        await send_frame(sock, conn.send(hello, ANYIO.now()), ANYIO)
+        request = await receive_event(sock, conn, ANYIO)
         if scope in self._slots:
             self._slots[scope] = True  # a real request: no longer evictable
         if isinstance(request, Status):
@@ -228,7 +229,7 @@ class Incumbent:
                 since_ms=record.since_ms,
                 busy=self._successor is not None,
             )
-            await send_frame(sock, conn.send(reply, anyio.current_time()))
+            await send_frame(sock, conn.send(reply, ANYIO.now()), ANYIO)
             self.settings.events.emit(Event.STATUS, peer_pid=peer.pid)
         elif isinstance(request, Save):
             await self._answer_save(sock, conn, request, peer)
@@ -236,7 +237,7 @@ class Incumbent:
     async def _refuse(
         self, sock: socket.socket, conn: Connection, reason: Reason, why: str
     ) -> None:
-        await send_frame(sock, conn.send(Refused(reason, why[:1024]), anyio.current_time()))
+        await send_frame(sock, conn.send(Refused(reason, why[:1024]), ANYIO.now()), ANYIO)
 
     async def _answer_save(
         self, sock: socket.socket, conn: Connection, save: Save, peer: PeerCredentials
@@ -245,7 +246,7 @@ class Incumbent:
         succeed = save.intent is Intent.SUCCEED
         if self._successor is not None:
             busy = Busy(pid=self._successor.pid, start_time=self._successor_start)
-            await send_frame(sock, conn.send(busy, anyio.current_time()))
+            await send_frame(sock, conn.send(busy, ANYIO.now()), ANYIO)
             events.emit(Event.BUSY, peer_pid=peer.pid, successor_pid=self._successor.pid)
             return
         if succeed and not self.settings.mode.deposable:
@@ -288,7 +289,7 @@ class Incumbent:
         succeed = save.intent is Intent.SUCCEED
         fds = [self.reign.lock.fd, self.reign.listener.sock.fileno()] if succeed else []
         self.handed_over = bool(fds)
-        await send_frame(sock, conn.send(saved, anyio.current_time()), fds)
+        await send_frame(sock, conn.send(saved, ANYIO.now()), ANYIO, fds)
         events.emit(
             Event.SAVED,
             peer_pid=peer.pid,
@@ -296,7 +297,7 @@ class Incumbent:
             duration_ms=_ms_since(started),
         )
         try:
-            ack = await receive_event(sock, conn)
+            ack = await receive_event(sock, conn, ANYIO)
         except Overdue:
             self.handed_over = False
             raise

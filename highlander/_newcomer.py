@@ -23,8 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
-
 from highlander._claim import Listener, ProjectLock, Reign, claim_free, new_record
 from highlander._client import Greeting, Mismatch, Silent, check_uid, connect, greet
 from highlander._connection import Closed
@@ -50,6 +48,7 @@ from highlander._modes import Mode
 from highlander._record import HolderRecord, read_record, write_record
 from highlander._settings import Settings
 from highlander._termination import terminate, wait_for_exit
+from highlander._waiting import Waiter
 from highlander._wire import Overdue, close_fds, receive_event, send_frame
 
 #: Upper bound on acquisition attempts (each one is itself bounded by deadlines).
@@ -99,6 +98,19 @@ class _Transition:
     recorded: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Fresh:
+    """A silent holder that claimed after we connected: it may not be serving yet.
+
+    A successor starts answering only once its claim is complete, so a
+    connection made during the handover can time out on a holder that is
+    fine.  It gets one fresh connection per generation before it counts as hung.
+    """
+
+    target: Expected
+    generation: int
+
+
 class _Retry:
     """The holder changed or vanished under us: try again now."""
 
@@ -128,9 +140,13 @@ class _Patience:
         self.since = None
 
 
-async def acquire(settings: Settings) -> Reign | Duplicate:
-    """Hold the project (or learn that we run as a duplicate); see the module docstring."""
-    progress = _Progress(settings)
+async def acquire(settings: Settings, waiter: Waiter) -> Reign | Duplicate:
+    """Hold the project (or learn that we run as a duplicate); see the module docstring.
+
+    ``waiter`` is :data:`~highlander._waiting.BLOCKING` for the sync API (run
+    with :func:`~highlander._waiting.run_blocking`), ``ANYIO`` for the async one.
+    """
+    progress = _Progress(settings, waiter)
     delay = 0.001
     for _ in range(MAX_ATTEMPTS):
         reign = claim_free(settings)
@@ -140,11 +156,11 @@ async def acquire(settings: Settings) -> Reign | Duplicate:
             record = read_record(settings.paths.state)
             settings.events.emit(Event.DETECTED, holder_pid=record.pid if record else None)
             return Duplicate(record)
-        result = await _attempt(settings)
+        result = await _attempt(settings, waiter)
         if isinstance(result, Reign):
             return result
         if not await progress.settle(result):
-            await anyio.sleep(delay)  # bounded back-off before the next attempt
+            await waiter.sleep(delay)  # bounded back-off before the next attempt
             delay = min(delay * 2, 0.05)
     raise IncumbentUnreachableError(  # pragma: no cover - every attempt is bounded
         f"gave up after {MAX_ATTEMPTS} attempts to hold {settings.paths.socket}"
@@ -154,21 +170,32 @@ async def acquire(settings: Settings) -> Reign | Duplicate:
 class _Progress:
     """What the failed attempts so far add up to, and what to do about the last one."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, waiter: Waiter) -> None:
         self.settings = settings
+        self.waiter = waiter
         self.socketless = _Patience(settings)
         self.transition = _Patience(settings)
         self.mismatches = 0
+        #: Generations whose holder got a second chance to answer (see _Fresh).
+        self.pardoned: set[int] = set()
 
-    async def settle(self, result: _Wait | _Hung | _Transition | _Retry | Mismatch | None) -> bool:
+    async def settle(
+        self, result: _Wait | _Hung | _Fresh | _Transition | _Retry | Mismatch | None
+    ) -> bool:
         """Act on a failed attempt; return whether the next one may start at once."""
         settings, timeouts, events = self.settings, self.settings.timeouts, self.settings.events
+        waiter = self.waiter
+        if isinstance(result, _Fresh):
+            if result.generation not in self.pardoned:
+                self.pardoned.add(result.generation)
+                return True
+            result = _Hung(result.target, Phase.HELLO.value)
         if isinstance(result, _Wait):
-            await wait_for_exit(result.pid, timeouts.stall)
+            await wait_for_exit(result.pid, timeouts.stall, waiter)
             return True
         if isinstance(result, _Hung):
             events.emit(Event.HUNG, peer_pid=result.expected.pid, phase=result.phase)
-            await terminate(result.expected, timeouts, events, f"missed {result.phase}")
+            await terminate(result.expected, timeouts, events, f"missed {result.phase}", waiter)
             return True
         if isinstance(result, Mismatch):
             # A client that connected while the listener was being handed over
@@ -193,7 +220,7 @@ class _Progress:
         if result is None and self.socketless.exceeded(timeouts.hello):
             # The lock is held and nobody listens, under one holder, for too long.
             self.socketless.reset()
-            await _end_socketless_holder(settings)
+            await _end_socketless_holder(settings, waiter)
             return True
         # A holder between taking the lock and renaming its socket into place
         # (microseconds), or one that went away under us: back off, try again.
@@ -214,7 +241,7 @@ def record_target(settings: Settings, record: HolderRecord | None) -> Expected |
     )
 
 
-async def _end_socketless_holder(settings: Settings) -> None:
+async def _end_socketless_holder(settings: Settings, waiter: Waiter) -> None:
     """The lock is held but nobody answers: end the verified holder, or explain."""
     target = record_target(settings, read_record(settings.paths.state))
     settings.events.emit(Event.UNREACHABLE, socket=settings.paths.socket)
@@ -224,22 +251,23 @@ async def _end_socketless_holder(settings: Settings) -> None:
             "and its record is missing: find it with `fuser` on the .lock file and stop it"
         )
     settings.events.emit(Event.HUNG, peer_pid=target.pid, phase="socket")
-    await terminate(target, settings.timeouts, settings.events, "no socket")
+    await terminate(target, settings.timeouts, settings.events, "no socket", waiter)
 
 
 async def _attempt(
-    settings: Settings,
-) -> Reign | _Wait | _Hung | _Transition | _Retry | Mismatch | None:
-    sock = await connect(settings.paths.socket)
+    settings: Settings, waiter: Waiter
+) -> Reign | _Wait | _Hung | _Fresh | _Transition | _Retry | Mismatch | None:
+    connected_ms = int(time.time() * 1000)
+    sock = await connect(settings.paths.socket, waiter)
     if sock is None:
         return None
     fds: list[int] = []
     try:
-        greeting = await greet(settings, sock)
+        greeting = await greet(settings, sock, waiter)
         if isinstance(greeting, Mismatch):
             return greeting
         if isinstance(greeting, Silent):
-            return _silent(settings, greeting)
+            return _silent(settings, greeting, connected_ms)
         if greeting.hello.pid == os.getpid():
             raise ConfigurationError(
                 f"this process already holds {settings.app} for {settings.root}: keep the "
@@ -253,18 +281,23 @@ async def _attempt(
         sock.close()
 
 
-def _silent(settings: Settings, greeting: Silent) -> _Hung | _Transition | _Retry:
+def _silent(
+    settings: Settings, greeting: Silent, connected_ms: int
+) -> _Hung | _Fresh | _Transition | _Retry:
     """Connected, but no HELLO: decide from the holder's record, never from a guess."""
     if greeting.closed:
         return _RETRY
-    target = record_target(settings, read_record(settings.paths.state))
-    if target is None:
+    record = read_record(settings.paths.state)
+    target = record_target(settings, record)
+    if target is None or record is None:
         raise ForeignHolderError(
             f"pid {greeting.pid} listens on {settings.paths.socket} without answering, "
             "and no holder's record names it: Highlander will not signal it"
         )
     if target.pid != greeting.pid:
         return _Transition(greeting.pid, target.pid)
+    if record.since_ms >= connected_ms:
+        return _Fresh(target, record.generation)
     return _Hung(target, Phase.HELLO.value)
 
 
@@ -282,17 +315,17 @@ async def _succeed(
     settings: Settings, greeting: Greeting, fds: list[int]
 ) -> Reign | _Wait | _Hung | _Retry:
     events, me, started = settings.events, own_identity(), time.monotonic()
-    sock, conn, peer = greeting.sock, greeting.conn, greeting.peer
+    sock, conn, peer, waiter = greeting.sock, greeting.conn, greeting.peer, greeting.waiter
     assert conn.peer_nonce is not None
     save = Save(
         me.pid, me.start_time, conn.local_nonce.hex(), conn.peer_nonce.hex(), Intent.SUCCEED
     )
-    await send_frame(sock, conn.send(save, anyio.current_time()))
+    await send_frame(sock, conn.send(save, waiter.now()), waiter)
     try:
-        event = await receive_event(sock, conn, fds)
+        event = await receive_event(sock, conn, waiter, fds)
         while isinstance(event, ProgressReport):
             events.emit(Event.PROGRESS, peer_pid=peer.pid, counter=event.counter, note=event.note)
-            event = await receive_event(sock, conn, fds)
+            event = await receive_event(sock, conn, waiter, fds)
     except Overdue as exc:
         return _Hung(_hello_target(greeting, settings.paths.lock), exc.deadline.phase.value)
     if isinstance(event, Closed):
@@ -310,15 +343,15 @@ async def _succeed(
     lock, listener = _adopt(settings, fds)
     fds.clear()
     try:
-        await send_frame(sock, conn.send(AckSuccession(), anyio.current_time()))
+        await send_frame(sock, conn.send(AckSuccession(), waiter.now()), waiter)
         try:
-            gone = await receive_event(sock, conn)  # the incumbent leaving: end of stream
+            gone = await receive_event(sock, conn, waiter)  # the incumbent leaving: end of stream
             assert isinstance(gone, Closed)
         except (Overdue, ConnectionResetError):
             # The handoff is ours already; the incumbent must not linger beside us.
             events.emit(Event.HUNG, peer_pid=peer.pid, phase=Phase.EXIT.value)
             target = _hello_target(greeting, None)
-            await terminate(target, settings.timeouts, events, "missed exit")
+            await terminate(target, settings.timeouts, events, "missed exit", waiter)
     except BaseException:
         listener.close(unlink=False)
         lock.release()
@@ -368,19 +401,19 @@ def _take_over(
     return Reign(lock, listener, record, saved.handoff, Outcome.SUCCEEDED)
 
 
-async def probe(settings: Settings) -> dict[str, Any]:
+async def probe(settings: Settings, waiter: Waiter) -> dict[str, Any]:
     """OBSERVE/WARN: look at the holder without asking anything of it.
 
     Returns what was learnt (``answering``, ``pid``); a holder that does not
     answer in time is reported (event ``hung``), never signalled.
     """
-    sock = await connect(settings.paths.socket)
+    sock = await connect(settings.paths.socket, waiter)
     if sock is None:
         settings.events.emit(Event.UNREACHABLE, socket=settings.paths.socket)
         return {"answering": False, "pid": None, "error": "no socket"}
     try:
         check_uid(settings, peer_credentials(sock))
-        greeting = await greet(settings, sock)
+        greeting = await greet(settings, sock, waiter)
         if isinstance(greeting, Greeting):
             return {"answering": True, "pid": greeting.hello.pid}
         if isinstance(greeting, Silent) and not greeting.closed:

@@ -22,6 +22,7 @@ import anyio.to_thread
 from highlander._connection import Connection
 from highlander._messages import ProgressReport
 from highlander._progress import Progress
+from highlander._waiting import ANYIO
 from highlander._wire import send_frame
 
 SaveHook = Callable[[Progress], Any]
@@ -49,7 +50,7 @@ async def run_save(
     async def pump(done: anyio.Event) -> None:
         nonlocal wake
         start = ProgressReport(counter=0, note="saving")
-        await send_frame(sock, conn.send(start, anyio.current_time()))
+        await send_frame(sock, conn.send(start, ANYIO.now()), ANYIO)
         sent = 0
         while not done.is_set():
             await wake.wait()
@@ -57,7 +58,7 @@ async def run_save(
             state = progress.state
             if state.counter > sent:
                 step = ProgressReport(state.counter, state.done, state.total, state.note)
-                await send_frame(sock, conn.send(step, anyio.current_time()))
+                await send_frame(sock, conn.send(step, ANYIO.now()), ANYIO)
                 sent = state.counter
 
     async def save(done: anyio.Event) -> None:

@@ -22,37 +22,31 @@ import os
 import select
 import signal
 
-import anyio
-
 from highlander._deadlines import Timeouts
 from highlander._errors import ForeignHolderError, IncumbentUnreachableError
 from highlander._events import Event, EventLog
 from highlander._identity import Expected, mismatch
+from highlander._waiting import Waiter
 
 #: How long a SIGKILLed process may take to be gone (uninterruptible sleep can delay it).
 KILL_WAIT = 10.0
 
 
-async def wait_for_exit(pid: int, timeout: float) -> bool:
+async def wait_for_exit(pid: int, timeout: float, waiter: Waiter) -> bool:
     """Wait until process ``pid`` exits (pidfd: no polling); ``False`` on timeout."""
     try:
         fd = os.pidfd_open(pid)
     except (ProcessLookupError, OverflowError, ValueError):
         return True
     try:
-        return await _wait_pidfd(fd, timeout)
+        return await waiter.readable(fd, timeout)
     finally:
         os.close(fd)
 
 
-async def _wait_pidfd(fd: int, timeout: float) -> bool:
-    with anyio.move_on_after(timeout):
-        await anyio.wait_readable(fd)
-        return True
-    return False
-
-
-async def terminate(expected: Expected, timeouts: Timeouts, events: EventLog, why: str) -> None:
+async def terminate(
+    expected: Expected, timeouts: Timeouts, events: EventLog, why: str, waiter: Waiter
+) -> None:
     """SIGTERM then SIGKILL the verified process ``expected``; return once it is gone."""
     try:
         fd = os.pidfd_open(expected.pid)
@@ -73,11 +67,11 @@ async def terminate(expected: Expected, timeouts: Timeouts, events: EventLog, wh
                 f"pid {expected.pid} holds the project but is not the verified incumbent "
                 f"({problem}); Highlander never signals an unverified process: stop it yourself"
             )
-        await _signal(fd, signal.SIGTERM, expected, events, Event.TERMINATED, why)
-        if await _wait_pidfd(fd, timeouts.term_grace):
+        _signal(fd, signal.SIGTERM, expected, events, Event.TERMINATED, why)
+        if await waiter.readable(fd, timeouts.term_grace):
             return
-        await _signal(fd, signal.SIGKILL, expected, events, Event.KILLED, why)
-        if not await _wait_pidfd(fd, KILL_WAIT):
+        _signal(fd, signal.SIGKILL, expected, events, Event.KILLED, why)
+        if not await waiter.readable(fd, KILL_WAIT):
             raise IncumbentUnreachableError(
                 f"pid {expected.pid} did not die within {KILL_WAIT:g} s of SIGKILL "
                 "(uninterruptible sleep?): check it with ps, then retry"
@@ -86,7 +80,7 @@ async def terminate(expected: Expected, timeouts: Timeouts, events: EventLog, wh
         os.close(fd)
 
 
-async def _signal(
+def _signal(
     fd: int, signum: int, expected: Expected, events: EventLog, event: Event, why: str
 ) -> None:
     try:

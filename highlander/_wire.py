@@ -14,13 +14,12 @@ import os
 import socket
 from collections.abc import Sequence
 
-import anyio
-
 from highlander._codec import NEED_DATA
 from highlander._connection import Closed, Connection
 from highlander._deadlines import Deadline
 from highlander._errors import RemoteProtocolError
 from highlander._messages import Message
+from highlander._waiting import Waiter
 
 READ_SIZE = 65536
 MAX_FDS = 4
@@ -36,12 +35,14 @@ class Overdue(Exception):  # noqa: N818 - a condition, caught by the shell, neve
         self.deadline = deadline
 
 
-async def send_frame(sock: socket.socket, data: bytes, fds: Sequence[int] = ()) -> None:
+async def send_frame(
+    sock: socket.socket, data: bytes, waiter: Waiter, fds: Sequence[int] = ()
+) -> None:
     """Write ``data``; ``fds`` travel as ``SCM_RIGHTS`` with its first byte."""
     view = memoryview(data)
     pending = list(fds)
     while view:
-        await anyio.wait_writable(sock)
+        await waiter.writable(sock)
         try:
             if pending:
                 ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", pending))]
@@ -55,7 +56,7 @@ async def send_frame(sock: socket.socket, data: bytes, fds: Sequence[int] = ()) 
 
 
 async def receive_event(
-    sock: socket.socket, conn: Connection, fds: list[int] | None = None
+    sock: socket.socket, conn: Connection, waiter: Waiter, fds: list[int] | None = None
 ) -> Message | Closed:
     """Read until ``conn`` yields a message or :class:`Closed`.
 
@@ -63,16 +64,14 @@ async def receive_event(
     ``None``: we never keep what we did not ask for).
     """
     while True:
-        event = conn.next_event(anyio.current_time())
+        event = conn.next_event(waiter.now())
         if event is not NEED_DATA:
             assert isinstance(event, Message | Closed)
             return event
         deadline = conn.deadline
         if deadline is None:  # pragma: no cover - the table never waits without a deadline
             raise RuntimeError(f"waiting for the peer in {conn.state} without a deadline")
-        with anyio.move_on_after(deadline.at - anyio.current_time()) as scope:
-            await anyio.wait_readable(sock)
-        if scope.cancelled_caught:
+        if not await waiter.readable(sock, deadline.at - waiter.now()):
             raise Overdue(deadline)
         try:
             data, ancdata, flags, _ = sock.recvmsg(READ_SIZE, _ANC_SIZE, _RECV_FLAGS)

@@ -120,13 +120,12 @@ def _print(data: Any) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    import anyio  # noqa: PLC0415
-
     from highlander._control import query_status, uptime  # noqa: PLC0415
     from highlander._events import read_events  # noqa: PLC0415
+    from highlander._waiting import BLOCKING, run_blocking  # noqa: PLC0415
 
     settings = _settings(args)
-    found = anyio.run(query_status, settings)
+    found = run_blocking(query_status(settings, BLOCKING))
     record, reply = found.record, found.reply
     data: dict[str, Any] = {
         "held": found.held,
@@ -188,10 +187,9 @@ def _event_line(event: dict[str, Any]) -> str:
 
 
 def _stop(args: argparse.Namespace) -> int:
-    import anyio  # noqa: PLC0415
-
     from highlander._control import lock_is_held, request_stop  # noqa: PLC0415
     from highlander._messages import ProgressReport  # noqa: PLC0415
+    from highlander._waiting import BLOCKING, run_blocking  # noqa: PLC0415
 
     settings = _settings(args)
     if not lock_is_held(settings.paths.lock):
@@ -203,7 +201,7 @@ def _stop(args: argparse.Namespace) -> int:
         sys.stderr.write(f"saving #{step.counter}{count} {step.note}\n")
         sys.stderr.flush()
 
-    pid, handoff = anyio.run(request_stop, settings, show)
+    pid, handoff = run_blocking(request_stop(settings, show, BLOCKING))
     if args.json:
         _print({"stopped": pid, "handoff": handoff})
     else:

@@ -42,7 +42,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import anyio
 import chaos_faults as faults
 from chaos_check import judge
 from chaos_log import EventTail, read_witness
@@ -51,6 +50,7 @@ from chaos_report import CONVERGENCE_BOUND, Report
 from chaos_schedule import STARTS, STATE_DAMAGE, Step, child_config, make_schedule
 
 from highlander._control import query_status
+from highlander._waiting import BLOCKING, run_blocking
 
 #: Live Highlander processes at most; a start waits (bounded) below this.
 MAX_LIVE = 10
@@ -171,7 +171,7 @@ class Runner:
         believers = [p for p in self.lab.children() if p.believes]
         if len(believers) != 1 or believers[0].stopped:
             return False
-        found = anyio.run(query_status, self.lab.settings)
+        found = run_blocking(query_status(self.lab.settings, BLOCKING))
         return found.reply is not None and found.reply.pid == believers[0].pid
 
     def drain(self, timeout: float = 15.0) -> None:
