@@ -1,6 +1,7 @@
 """The client half of a conversation: connect to the holder and verify who answers.
 
-Shared by the newcomer's succession and the read-only status probe.  Before
+Shared by the newcomer's succession, the status and stop requests and the
+read-only probe of OBSERVE/WARN.  Before
 anything is sent, the peer is checked against the kernel: same uid (from
 ``SO_PEERCRED``), and HELLO's pid, start time, executable and app must match
 what ``/proc`` says about the process behind the socket.
@@ -13,11 +14,14 @@ import os
 import secrets
 import socket
 from dataclasses import dataclass
+from typing import Any
 
 from highlander._connection import Closed, Connection
+from highlander._deadlines import Phase
 from highlander._errors import (
     AuthenticationError,
     ForeignHolderError,
+    HighlanderError,
     Reason,
     RemoteProtocolError,
     SignatureError,
@@ -148,3 +152,27 @@ def hello_problem(settings: Settings, hello: Hello, kernel_pid: int) -> str | No
     if hello.app != settings.app:
         return f"HELLO is from app {hello.app!r}, expected {settings.app!r}"
     return None
+
+
+async def probe(settings: Settings, waiter: Waiter) -> dict[str, Any]:
+    """OBSERVE/WARN: look at the holder without asking anything of it.
+
+    Returns what was learnt (``answering``, ``pid``); a holder that does not
+    answer in time is reported (event ``hung``), never signalled.
+    """
+    sock = await connect(settings.paths.socket, waiter)
+    if sock is None:
+        settings.events.emit(Event.UNREACHABLE, socket=settings.paths.socket)
+        return {"answering": False, "pid": None, "error": "no socket"}
+    try:
+        check_uid(settings, peer_credentials(sock))
+        greeting = await greet(settings, sock, waiter)
+        if isinstance(greeting, Greeting):
+            return {"answering": True, "pid": greeting.hello.pid}
+        if isinstance(greeting, Silent) and not greeting.closed:
+            settings.events.emit(Event.HUNG, peer_pid=greeting.pid, phase=Phase.HELLO.value)
+        return {"answering": False, "pid": greeting.pid}
+    except HighlanderError as exc:
+        return {"answering": False, "pid": None, "error": str(exc)}
+    finally:
+        sock.close()

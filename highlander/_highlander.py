@@ -103,6 +103,8 @@ class Highlander:
         self._deposed = threading.Event()
         self._released = False
         self._task_group: Any = None
+        #: OBSERVE/WARN: the background look at the holder (tests join it).
+        self._probe: threading.Thread | None = None
 
     # -- the sync API -----------------------------------------------------------
 
@@ -133,13 +135,13 @@ class Highlander:
     def _acquire(self) -> Highlander:
         settings = self._resolve()
         reign = self._claim_free(settings)
+        if reign is None and settings.mode is not Mode.AUTO:
+            self._become_duplicate(settings)
+            return self
         if reign is None:
-            from highlander._newcomer import acquire, probe  # noqa: PLC0415 - contended only
+            from highlander._newcomer import acquire  # noqa: PLC0415 - contended only
             from highlander._waiting import BLOCKING, run_blocking  # noqa: PLC0415
 
-            if settings.mode is not Mode.AUTO:
-                self._become_duplicate(settings, run_blocking(probe(settings, BLOCKING)))
-                return self
             result = run_blocking(acquire(settings, BLOCKING))
             assert isinstance(result, Reign)  # AUTO never yields a duplicate
             reign = result
@@ -171,14 +173,14 @@ class Highlander:
     async def __aenter__(self) -> Highlander:
         import anyio  # noqa: PLC0415 - the caller's loop has it loaded already
 
-        from highlander._newcomer import Duplicate, acquire, probe  # noqa: PLC0415
+        from highlander._newcomer import Duplicate, acquire  # noqa: PLC0415
         from highlander._waiting import ANYIO  # noqa: PLC0415
 
         settings = self._resolve()
         with hold():
             result = self._claim_free(settings) or await acquire(settings, ANYIO)
         if isinstance(result, Duplicate):
-            self._become_duplicate(settings, await probe(settings, ANYIO))
+            self._become_duplicate(settings)
             return self
         self._begin(result)
         incumbent = self._new_incumbent()
@@ -273,25 +275,17 @@ class Highlander:
                 raise
             return None
 
-    def _become_duplicate(self, settings: Settings, seen: dict[str, Any]) -> None:
+    def _become_duplicate(self, settings: Settings) -> None:
+        """Run beside the holder: the verdict now, the signed look at the holder meanwhile."""
+        from highlander._observe import probe_in_background, verified_holder  # noqa: PLC0415
+
         self.outcome = Outcome.DUPLICATE
-        self.holder = record = read_record(settings.paths.state)
-        holder = f"pid {record.pid}" if record else "an unknown process"
+        self.holder = record = verified_holder(settings)
         settings.events.emit(
-            Event.DUPLICATE,
-            holder_pid=record.pid if record else None,
-            outcome=Outcome.DUPLICATE,
-            answering=seen.get("answering"),
+            Event.DUPLICATE, holder_pid=record.pid if record else None, outcome=Outcome.DUPLICATE
         )
-        if settings.mode is Mode.WARN and not seen.get("answering"):
-            log(
-                "warning",
-                f"the holder of {settings.root} ({holder}) is not answering "
-                f"({seen.get('error') or 'no reply in time'}); in AUTO mode it would be "
-                "replaced. Nothing was signalled (HIGHLANDER_MODE=warn)",
-                holder_pid=seen.get("pid"),
-            )
         if settings.mode is Mode.WARN:
+            holder = f"pid {record.pid}" if record else "a process that has not written its record"
             since = (
                 time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.since_ms / 1000))
                 if record
@@ -305,6 +299,20 @@ class Highlander:
             )
             if self._on_duplicate is not None:
                 self._on_duplicate(record)
+        self._probe = probe_in_background(settings, self._probed)
+
+    def _probed(self, seen: dict[str, Any]) -> None:
+        """WARN: say so when the holder did not answer the signed probe."""
+        assert self.settings is not None
+        if self.settings.mode is Mode.WARN and not seen.get("answering"):
+            pid = seen.get("pid")
+            log(
+                "warning",
+                f"the holder of {self.settings.root} ({f'pid {pid}' if pid else 'unknown'}) is not "
+                f"answering ({seen.get('error') or 'no reply in time'}); in AUTO mode it would "
+                "be replaced. Nothing was signalled (HIGHLANDER_MODE=warn)",
+                holder_pid=pid,
+            )
 
     def _new_incumbent(self) -> Incumbent | None:
         """The server of this reign; ``None`` if release() came first."""

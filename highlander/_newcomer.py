@@ -21,17 +21,15 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from highlander._claim import Listener, ProjectLock, Reign, claim_free, new_record
-from highlander._client import Greeting, Mismatch, Silent, check_uid, connect, greet
+from highlander._client import Greeting, Mismatch, Silent, connect, greet
 from highlander._connection import Closed
 from highlander._deadlines import Phase
 from highlander._errors import (
     AuthenticationError,
     ConfigurationError,
     ForeignHolderError,
-    HighlanderError,
     IncumbentUnreachableError,
     ModeRefusedError,
     Reason,
@@ -42,9 +40,10 @@ from highlander._errors import (
     VersionMismatchError,
 )
 from highlander._events import Event, Outcome
-from highlander._identity import Expected, own_identity, peer_credentials
+from highlander._identity import Expected, own_identity
 from highlander._messages import AckSuccession, Busy, Intent, ProgressReport, Refused, Save, Saved
 from highlander._modes import Mode
+from highlander._observe import record_target
 from highlander._record import HolderRecord, read_record, write_record
 from highlander._settings import Settings
 from highlander._termination import terminate, wait_for_exit
@@ -119,21 +118,37 @@ _RETRY = _Retry()
 
 
 class _Patience:
-    """How long a condition has held, restarted whenever the holder's record changes."""
+    """How long (and how often) a condition has held, restarted when the holder's record changes.
+
+    A storm hands the project over again and again; what happened under an
+    earlier holder is no evidence against the current one.
+    """
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.since: float | None = None
         self.seen: tuple[int, int] | None = None
+        self.count = 0
 
-    def exceeded(self, limit: float) -> bool:
-        """Whether the condition has lasted ``limit`` seconds under one record."""
+    def _look(self) -> float:
         record = read_record(self.settings.paths.state)
         seen = (record.pid, record.generation) if record else None
         now = time.monotonic()
         if self.since is None or seen != self.seen:
-            self.since, self.seen = now, seen
+            self.since, self.seen, self.count = now, seen, 0
+        return now
+
+    def exceeded(self, limit: float) -> bool:
+        """Whether the condition has lasted ``limit`` seconds under one record."""
+        now = self._look()
+        assert self.since is not None
         return now - self.since > limit
+
+    def tally(self) -> int:
+        """Count one more occurrence; return how many there were under this record."""
+        self._look()
+        self.count += 1
+        return self.count
 
     def reset(self) -> None:
         """Forget the condition."""
@@ -175,7 +190,7 @@ class _Progress:
         self.waiter = waiter
         self.socketless = _Patience(settings)
         self.transition = _Patience(settings)
-        self.mismatches = 0
+        self.mismatches = _Patience(settings)
         #: Generations whose holder got a second chance to answer (see _Fresh).
         self.pardoned: set[int] = set()
 
@@ -186,10 +201,7 @@ class _Progress:
         settings, timeouts, events = self.settings, self.settings.timeouts, self.settings.events
         waiter = self.waiter
         if isinstance(result, _Fresh):
-            if result.generation not in self.pardoned:
-                self.pardoned.add(result.generation)
-                return True
-            result = _Hung(result.target, Phase.HELLO.value)
+            result = self._pardon(result)
         if isinstance(result, _Wait):
             await wait_for_exit(result.pid, timeouts.stall, waiter)
             return True
@@ -200,9 +212,8 @@ class _Progress:
         if isinstance(result, Mismatch):
             # A client that connected while the listener was being handed over
             # sees the predecessor's credentials; a fresh connection sees the
-            # holder's.  A mismatch that persists is not a handover.
-            self.mismatches += 1
-            if self.mismatches >= MAX_MISMATCHES:
+            # holder's.  A mismatch that persists under one holder is not a handover.
+            if self.mismatches.tally() >= MAX_MISMATCHES:
                 events.emit(Event.IDENTITY_MISMATCH, peer_pid=result.pid, reason=result.problem)
                 raise ForeignHolderError(
                     f"{settings.paths.socket} is served by pid {result.pid}, which is not a "
@@ -226,19 +237,11 @@ class _Progress:
         # (microseconds), or one that went away under us: back off, try again.
         return False
 
-
-def record_target(settings: Settings, record: HolderRecord | None) -> Expected | None:
-    """The holder as its record describes it, to be verified before any signal."""
-    if record is None:
-        return None
-    return Expected(
-        pid=record.pid,
-        start_time=record.start_time,
-        exe=record.exe,
-        uid=record.uid,
-        boot_id=record.boot_id,
-        lock_path=settings.paths.lock,
-    )
+    def _pardon(self, fresh: _Fresh) -> _Hung | _Retry:
+        if fresh.generation in self.pardoned:
+            return _Hung(fresh.target, Phase.HELLO.value)
+        self.pardoned.add(fresh.generation)
+        return _RETRY
 
 
 async def _end_socketless_holder(settings: Settings, waiter: Waiter) -> None:
@@ -399,27 +402,3 @@ def _take_over(
         duration_ms=int((time.monotonic() - started) * 1000),
     )
     return Reign(lock, listener, record, saved.handoff, Outcome.SUCCEEDED)
-
-
-async def probe(settings: Settings, waiter: Waiter) -> dict[str, Any]:
-    """OBSERVE/WARN: look at the holder without asking anything of it.
-
-    Returns what was learnt (``answering``, ``pid``); a holder that does not
-    answer in time is reported (event ``hung``), never signalled.
-    """
-    sock = await connect(settings.paths.socket, waiter)
-    if sock is None:
-        settings.events.emit(Event.UNREACHABLE, socket=settings.paths.socket)
-        return {"answering": False, "pid": None, "error": "no socket"}
-    try:
-        check_uid(settings, peer_credentials(sock))
-        greeting = await greet(settings, sock, waiter)
-        if isinstance(greeting, Greeting):
-            return {"answering": True, "pid": greeting.hello.pid}
-        if isinstance(greeting, Silent) and not greeting.closed:
-            settings.events.emit(Event.HUNG, peer_pid=greeting.pid, phase=Phase.HELLO.value)
-        return {"answering": False, "pid": greeting.pid}
-    except HighlanderError as exc:
-        return {"answering": False, "pid": None, "error": str(exc)}
-    finally:
-        sock.close()

@@ -62,7 +62,7 @@ def _per_call_us(check: Callable[[], str | None], calls: int) -> list[float]:
 def bench_identity(base: Path, script: Path) -> list[Row]:
     # Imported here, after the bench has pointed the bytecode cache at its scratch.
     from highlander._identity import Expected, mismatch  # noqa: PLC0415
-    from highlander._newcomer import record_target  # noqa: PLC0415
+    from highlander._observe import record_target  # noqa: PLC0415
     from highlander._record import read_record  # noqa: PLC0415
     from highlander._settings import Settings  # noqa: PLC0415
 

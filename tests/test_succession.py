@@ -83,13 +83,12 @@ def test_storm_converges_to_one_holder_and_never_two(kids: Children) -> None:
         status, out, err = child.finish()
         assert out == b""
         events = [r["event"] for r in child.heard if r["event"] != "saving"]
-        if status == 0:  # held, then handed over
-            assert events == ["ready", "deposed"], (events, err)
-            holders += 1
-        else:  # never held: a clear, one-line refusal
-            assert status == 1, err
-            assert events == []
-            assert err.decode().strip().splitlines()[-1].startswith("highlander: ")
+        # thrash_limit=100 leaves no reason to refuse anybody: every newcomer
+        # held the project, then handed it over (a handover seen from a queued
+        # connection is not a "foreign holder").
+        assert status == 0, err.decode()[-2000:]
+        assert events == ["ready", "deposed"], (events, err)
+        holders += 1
     if not survivor.heard:
         survivor.wait_for("ready")
     assert survivor.heard[0]["event"] == "ready" and survivor.heard[0]["is_holder"]
