@@ -13,8 +13,7 @@ import errno
 import os
 import secrets
 import socket
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from highlander._connection import Closed, Connection
 from highlander._deadlines import Phase
@@ -36,8 +35,7 @@ from highlander._waiting import Waiter
 from highlander._wire import Overdue, receive_event, unix_socket
 
 
-@dataclass
-class Greeting:
+class Greeting(NamedTuple):
     """A connection whose HELLO was received and verified."""
 
     sock: socket.socket
@@ -47,16 +45,14 @@ class Greeting:
     waiter: Waiter
 
 
-@dataclass(frozen=True, slots=True)
-class Silent:
+class Silent(NamedTuple):
     """Connected, but no HELLO in time (or the stream closed): ``pid`` per the kernel."""
 
     pid: int
     closed: bool
 
 
-@dataclass(frozen=True, slots=True)
-class Mismatch:
+class Mismatch(NamedTuple):
     """HELLO contradicts the kernel; ``problem`` says how."""
 
     pid: int

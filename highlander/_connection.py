@@ -15,7 +15,7 @@ transition is reproducible in a test.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from highlander._codec import (
     DEFAULT_MAX_FRAME,
@@ -39,8 +39,7 @@ from highlander._signing import NO_NONCE, Direction, sign, verify
 from highlander._state import ENDINGS, Event, Role, State, StateMachine
 
 
-@dataclass(frozen=True, slots=True)
-class Closed:
+class Closed(NamedTuple):
     """The peer closed the stream.
 
     ``expected`` is true when the conversation had reached an ending (for the

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import inspect
 import os
 import sys
 import threading
@@ -328,6 +327,11 @@ class Highlander:
             return self._incumbent
 
     async def _when_deposed(self, outcome: Outcome) -> None:
+        # Runs on the serving loop, which has these loaded; the claim path must not.
+        import inspect  # noqa: PLC0415
+
+        import anyio.to_thread  # noqa: PLC0415
+
         self._deposed.set()
         hook = self._on_deposed
         if hook is None:
@@ -335,8 +339,6 @@ class Highlander:
         elif inspect.iscoroutinefunction(hook):
             await hook()
         else:
-            import anyio.to_thread  # noqa: PLC0415 - runs on the serving loop
-
             await anyio.to_thread.run_sync(hook)
 
     def _stop_serving(self, incumbent: Incumbent) -> None:

@@ -9,15 +9,15 @@ fallback where ``/proc`` is absent (imported only there).
 from __future__ import annotations
 
 import os
-import socket
-import struct
 import sys
-from dataclasses import dataclass
 from functools import cache
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    import socket
 
 
-@dataclass(frozen=True, slots=True)
-class PeerCredentials:
+class PeerCredentials(NamedTuple):
     """The credentials the kernel recorded for the other end of a socket."""
 
     pid: int
@@ -25,8 +25,7 @@ class PeerCredentials:
     gid: int
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessIdentity:
+class ProcessIdentity(NamedTuple):
     """A process as the kernel describes it: enough to tell it from a pid reuse."""
 
     pid: int
@@ -37,6 +36,10 @@ class ProcessIdentity:
 
 def peer_credentials(sock: socket.socket) -> PeerCredentials:
     """Return the kernel's credentials of the peer of a connected Unix socket."""
+    # Imported here: a duplicate's verdict never needs them (socket costs 2 ms).
+    import socket  # noqa: PLC0415
+    import struct  # noqa: PLC0415
+
     if hasattr(socket, "SO_PEERCRED"):
         raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         pid, uid, gid = struct.unpack("3i", raw)
@@ -153,8 +156,7 @@ def holds_open(pid: int, path: str) -> bool:
     return False
 
 
-@dataclass(frozen=True, slots=True)
-class Expected:
+class Expected(NamedTuple):
     """Who a process must be before Highlander may signal it.
 
     ``lock_path``, when set, must be open in the process: proof from the

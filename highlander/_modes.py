@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from highlander._errors import ConfigurationError
 
@@ -59,8 +59,7 @@ def _parse(value: Mode | str, source: str) -> Mode:
         ) from None
 
 
-@dataclass(frozen=True, slots=True)
-class ThrashPolicy:
+class ThrashPolicy(NamedTuple):
     """At most ``limit`` successions per ``window`` seconds; more would be a kill loop.
 
     Two clients that each restart their server can make "newest wins" depose
@@ -70,11 +69,14 @@ class ThrashPolicy:
     limit: int = 3
     window: float = 60.0
 
-    def __post_init__(self) -> None:
+    def checked(self) -> ThrashPolicy:
+        """Return ``self``; raise :class:`ConfigurationError` naming a bad value."""
         if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1:
             raise ConfigurationError(f"thrash limit must be an integer >= 1, got {self.limit!r}")
-        if not self.window > 0:
-            raise ConfigurationError(f"thrash window must be > 0 seconds, got {self.window!r}")
+        window = self.window
+        if isinstance(window, bool) or not isinstance(window, int | float) or not window > 0:
+            raise ConfigurationError(f"thrash window must be > 0 seconds, got {window!r}")
+        return self
 
     def recent(self, history_ms: Sequence[int], now_ms: int) -> list[int]:
         """Return the succession times (Unix ms) that still count at ``now_ms``.

@@ -20,9 +20,9 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
-from highlander._claim import Listener, ProjectLock, Reign, claim_free, new_record
+from highlander._claim import ProjectLock, Reign, claim_free, new_record
 from highlander._client import Greeting, Mismatch, Silent, connect, greet
 from highlander._connection import Closed
 from highlander._deadlines import Phase
@@ -41,6 +41,7 @@ from highlander._errors import (
 )
 from highlander._events import Event, Outcome
 from highlander._identity import Expected, own_identity
+from highlander._listener import Listener
 from highlander._messages import AckSuccession, Busy, Intent, ProgressReport, Refused, Save, Saved
 from highlander._modes import Mode
 from highlander._observe import record_target
@@ -63,30 +64,26 @@ _REFUSALS: dict[Reason, Callable[[str], SuccessionRefused]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Duplicate:
+class Duplicate(NamedTuple):
     """OBSERVE/WARN: a live holder exists and we run beside it."""
 
     record: HolderRecord | None
 
 
-@dataclass(frozen=True, slots=True)
-class _Wait:
+class _Wait(NamedTuple):
     """BUSY: wait for ``pid`` to exit, then try again."""
 
     pid: int
 
 
-@dataclass(frozen=True, slots=True)
-class _Hung:
+class _Hung(NamedTuple):
     """The holder ``expected`` missed its ``phase`` deadline."""
 
     expected: Expected
     phase: str
 
 
-@dataclass(frozen=True, slots=True)
-class _Transition:
+class _Transition(NamedTuple):
     """A silent listener ``pid`` that the record (naming ``recorded``) does not name.
 
     A successor holds the inherited listener while its predecessor is still
@@ -97,8 +94,7 @@ class _Transition:
     recorded: int
 
 
-@dataclass(frozen=True, slots=True)
-class _Fresh:
+class _Fresh(NamedTuple):
     """A silent holder that claimed after we connected: it may not be serving yet.
 
     A successor starts answering only once its claim is complete, so a

@@ -13,14 +13,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class HolderRecord:
-    """The identity and reign of the current (or last) holder."""
+class HolderRecord(NamedTuple):
+    """The identity and reign of the current (or last) holder (``_asdict()`` for a dict)."""
 
     pid: int
     start_time: int
@@ -31,8 +28,8 @@ class HolderRecord:
     mode: str
     generation: int
     since_ms: int
-    cmdline: list[str] = field(default_factory=list)
-    successions_ms: list[int] = field(default_factory=list)
+    cmdline: list[str]
+    successions_ms: list[int]
 
 
 def read_record(path: str) -> HolderRecord | None:
@@ -44,7 +41,8 @@ def read_record(path: str) -> HolderRecord | None:
     try:
         with open(path, "rb") as handle:
             data: Any = json.loads(handle.read(1024 * 1024))
-        record = HolderRecord(**data)
+        # Records written before these fields existed lack them.
+        record = HolderRecord(**{"cmdline": [], "successions_ms": [], **data})
     except (OSError, ValueError, TypeError):
         return None
     return record if _plausible(record) else None
@@ -78,12 +76,12 @@ def _plausible(record: HolderRecord) -> bool:
 
 def write_record(path: str, record: HolderRecord) -> None:
     """Replace the record at ``path`` atomically (caller holds the lock)."""
-    tmp = f"{path}.{secrets.token_hex(6)}.tmp"
+    tmp = f"{path}.{os.urandom(6).hex()}.tmp"  # os.urandom: secrets is a heavier import
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
     fd = os.open(tmp, flags, 0o600)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(json.dumps(asdict(record), separators=(",", ":")).encode())
+            handle.write(json.dumps(record._asdict(), separators=(",", ":")).encode())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -17,15 +17,25 @@ function that touches the file system is :func:`ensure_runtime_dir`.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import stat
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from highlander._errors import ConfigurationError, SocketPathTooLongError, UnsafeRuntimeDirError
+
+# The interpreter's built-in SHA-256: hashlib would first load OpenSSL, which
+# costs the claim path about 2 ms (the digest is the same).  No stubs exist
+# for these private modules, hence the ignores.
+try:
+    from _sha2 import sha256  # type: ignore[import-not-found]  # CPython >= 3.12
+except ImportError:  # pragma: no cover - depends on the interpreter
+    try:
+        from _sha256 import sha256  # type: ignore[import-not-found]  # CPython 3.11
+    except ImportError:
+        from hashlib import sha256
 
 #: Usable bytes of ``sockaddr_un.sun_path`` (its size minus the terminating NUL).
 SUN_PATH_MAX = {"linux": 107, "darwin": 103}
@@ -77,7 +87,8 @@ def project_key(root: str) -> bytes:
 
     It names the project's files and salts the HMAC key derivation.
     """
-    return hashlib.sha256(os.fsencode(root)).digest()
+    digest: bytes = sha256(os.fsencode(root)).digest()
+    return digest
 
 
 def app_name(app: str) -> str:
@@ -170,8 +181,7 @@ def _make_private_dirs(path: str) -> None:
         os.chmod(directory, 0o700)  # mkdir's mode is filtered by the umask
 
 
-@dataclass(frozen=True, slots=True)
-class ProjectPaths:
+class ProjectPaths(NamedTuple):
     """The files one (app, project) pair uses inside the runtime directory."""
 
     runtime_dir: str
@@ -200,7 +210,7 @@ def project_paths(
     safe = app_name(app)
     key = project_key(root)
     regular = f"{safe}-{key.hex()[:HASH_CHARS]}"
-    short = "h" + hashlib.sha256(safe.encode() + b"\0" + key).hexdigest()[: HASH_CHARS - 1]
+    short = "h" + sha256(safe.encode() + b"\0" + key).hexdigest()[: HASH_CHARS - 1]
     for base in (regular, short):
         socket = os.path.join(runtime_dir, base + ".sock")
         longest = max(len(os.fsencode(socket)), _private_len(runtime_dir, base))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 from highlander._deadlines import Timeouts
 from highlander._events import EventLog
@@ -30,22 +29,36 @@ def default_app() -> str:
     return stem
 
 
-@dataclass
 class Settings:
     """Resolved options: names, paths, mode, timeouts, anti-thrash and the event log."""
 
-    app: str
-    root: str
-    paths: ProjectPaths
-    mode: Mode
-    timeouts: Timeouts
-    thrash: ThrashPolicy
-    events: EventLog
-    token: str | bytes | None = None
-    env: Mapping[str, str] = field(default_factory=lambda: os.environ)
-    legacy_lock: str | None = None
-    exit_when_orphaned: bool = True
-    _key: bytes | None = None
+    def __init__(
+        self,
+        *,
+        app: str,
+        root: str,
+        paths: ProjectPaths,
+        mode: Mode,
+        timeouts: Timeouts,
+        thrash: ThrashPolicy,
+        events: EventLog,
+        token: str | bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        legacy_lock: str | None = None,
+        exit_when_orphaned: bool = True,
+    ) -> None:
+        self.app = app
+        self.root = root
+        self.paths = paths
+        self.mode = mode
+        self.timeouts = timeouts.checked()
+        self.thrash = thrash.checked()
+        self.events = events
+        self.token = token
+        self.env: Mapping[str, str] = os.environ if env is None else env
+        self.legacy_lock = legacy_lock
+        self.exit_when_orphaned = exit_when_orphaned
+        self._key: bytes | None = None
 
     @classmethod
     def resolve(

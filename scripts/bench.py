@@ -1,6 +1,6 @@
 """`make bench`: Highlander's latency, idle cost and import cost against its targets.
 
-Eight benchmarks, each over ``--runs`` runs (median, p90, min and max) unless
+Nine benchmarks, each over ``--runs`` runs (median, p90, min and max) unless
 said otherwise:
 
 1. ``Highlander(...).acquire()`` on a free project, in this process, after
@@ -28,12 +28,18 @@ said otherwise:
    extra (filelock, fasteners, portalocker, pid, tendo, zc.lockfile), from
    ``Popen`` to the verdict line; skipped with ``--skip-peers`` or, with a
    note, when the peers are not installed.
+9. A storm: 32 fresh children start back to back on a fresh project (AUTO,
+   the library's defaults, so anti-thrash at 3 successions per 60 s); from
+   ``Popen`` of the first until exactly one holds (alive, ``ready``, named
+   by the ``.state`` record) and the 31 others have exited (deposed or
+   refused); successions, refusals and kills from the event log; skipped
+   with ``--skip-storm``.
 
 Modules: this one is the command line, the orchestration and the output;
-``bench_cases`` (1-5), ``bench_watchdog`` (6-7), ``bench_peers`` (8), ``bench_profile``
-(``--profile``), ``bench_children`` (the child program and its processes),
-``bench_results`` (rows and the table), ``bench_env`` (constants, the
-children's environment, the machine line).
+``bench_cases`` (1-5), ``bench_watchdog`` (6-7), ``bench_peers`` (8),
+``bench_storm`` (9), ``bench_profile`` (``--profile``), ``bench_children`` (the
+child program and its processes), ``bench_results`` (rows and the table),
+``bench_env`` (constants, the children's environment, the machine line).
 
 Every child is ended by its pid (SIGKILL if still alive, then a bounded
 wait), every wait has a timeout, and the temporary directories are removed.
@@ -65,6 +71,7 @@ from bench_env import BenchError, machine_busy, machine_info, machine_line, own_
 from bench_peers import bench_peers
 from bench_profile import profile_evidence
 from bench_results import Row, render_table
+from bench_storm import STORM, bench_storm
 from bench_watchdog import bench_identity, bench_stopped
 
 # -- main -------------------------------------------------------------------------
@@ -91,6 +98,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="skip benchmark 8, the peer lock libraries (filelock, zc.lockfile, ...)",
     )
     parser.add_argument(
+        "--skip-storm",
+        action="store_true",
+        help=f"skip benchmark 9, the storm of {STORM} starts (about 3 s per run)",
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
         help="smoke run: --runs 5 --idle-seconds 3 --stop-runs 3",
@@ -113,26 +125,33 @@ def run_all(base: Path, args: argparse.Namespace) -> tuple[list[Row], dict[str, 
     """Run every benchmark (and the profiles) in ``base``; a failed one becomes an ERROR row."""
     script = write_child_script(base)
     steps: list[tuple[str, Callable[[], list[Row]]]] = [
-        ("1/8 uncontended acquire", lambda: [bench_acquire(base, args.runs)]),
-        ("2/8 succession", lambda: [bench_succession(base, args.runs, script)]),
-        ("3/8 stale claim", lambda: [bench_stale(base, args.runs, script)]),
+        ("1/9 uncontended acquire", lambda: [bench_acquire(base, args.runs)]),
+        ("2/9 succession", lambda: [bench_succession(base, args.runs, script)]),
+        ("3/9 stale claim", lambda: [bench_stale(base, args.runs, script)]),
         (
-            f"4/8 idle holder ({args.idle_seconds:g} s)",
+            f"4/9 idle holder ({args.idle_seconds:g} s)",
             lambda: bench_idle(base, args.idle_seconds, script),
         ),
-        ("5/8 import cost", lambda: bench_import(base, args.runs)),
-        ("6/8 identity verification", lambda: bench_identity(base, script)),
+        ("5/9 import cost", lambda: bench_import(base, args.runs)),
+        ("6/9 identity verification", lambda: bench_identity(base, script)),
     ]
     if not args.skip_slow:
         steps.append(
             (
-                f"7/8 SIGSTOPped incumbent ({args.stop_runs} runs of about 4 s)",
+                f"7/9 SIGSTOPped incumbent ({args.stop_runs} runs of about 4 s)",
                 lambda: bench_stopped(base, args.stop_runs, script),
             )
         )
     if not args.skip_peers:
         steps.append(
-            ("8/8 spawn -> verdict, Highlander and peers", lambda: bench_peers(base, args.runs))
+            ("8/9 spawn -> verdict, Highlander and peers", lambda: bench_peers(base, args.runs))
+        )
+    if not args.skip_storm:
+        steps.append(
+            (
+                f"9/9 storm of {STORM} starts ({args.runs} runs of about 3 s)",
+                lambda: [bench_storm(base, args.runs, script)],
+            )
         )
     rows: list[Row] = []
     evidence: dict[str, str] = {}

@@ -1,6 +1,6 @@
 """The bench's child processes: their program, and starting and ending them by pid.
 
-The child program runs as ``holder``, ``newcomer`` or ``baseline``; the bench
+The child program runs as ``holder``, ``newcomer``, ``baseline`` or ``storm``; the bench
 writes it into its scratch directory (:func:`write_child_script`) and every
 benchmark starts it through :class:`Children`, which ends each child by pid.
 """
@@ -23,16 +23,18 @@ from bench_env import HOLD, TOKEN, WAIT, BenchError, child_env
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import proctools
 
-#: The benchmark's child program: ``holder``, ``newcomer`` or ``baseline``.
+#: The benchmark's child program: ``holder``, ``newcomer``, ``baseline`` or ``storm``.
 #: It reports JSON lines on the pipe named by HL_BENCH_FD and never writes stdout.
 #: HL_BENCH_TIMEOUTS (JSON, optional) is passed to ``Highlander`` as ``Timeouts(**...)``.
+#: ``storm`` is a holder with the library's default anti-thrash limit; if ``acquire()``
+#: raises a HighlanderError it reports ``refused`` (class, reason) and exits 1.
 CHILD_SOURCE = """\
 import json
 import os
 import sys
 import time
 
-from highlander import Highlander, Timeouts
+from highlander import Highlander, HighlanderError, Timeouts
 
 ROLE = sys.argv[1]
 FD = int(os.environ["HL_BENCH_FD"])
@@ -86,14 +88,25 @@ def main():
         report(event="ready")
         time.sleep(HOLD)
         return
-    # Back-to-back successions are the point here, not a restart loop to stop.
+    # Back-to-back successions are the point here, not a restart loop to stop;
+    # but a storm is what anti-thrash is for: it keeps the default limit.
     hl = Highlander(
         app="bench",
         on_save=save,
         on_deposed=deposed,
-        thrash_limit=1_000_000,
         timeouts=Timeouts(**TIMEOUTS) if TIMEOUTS else None,
+        **({} if ROLE == "storm" else {"thrash_limit": 1_000_000}),
     )
+    if ROLE == "storm":
+        try:
+            hl.acquire()
+        except HighlanderError as exc:
+            reason = getattr(exc, "reason", None)
+            report(event="refused", error=type(exc).__name__, reason=reason, detail=str(exc))
+            sys.exit(1)
+        report(event="ready", outcome=hl.outcome.value, generation=hl.generation)
+        time.sleep(HOLD)
+        return
     if ROLE == "holder":
         hl.acquire()
         report(event="ready", outcome=hl.outcome.value, generation=hl.generation)

@@ -108,3 +108,43 @@ def test_thrash_history_ignores_times_in_the_future() -> None:
     now = 1_000_000_000_000
     assert policy.recent([now - 61_000, now - 1_000, now + 3_600_000], now) == [now - 1_000]
     assert policy.allows([now + 10**9] * 5, now)
+
+
+@pytest.mark.parametrize(
+    ("timeouts", "says"),
+    [
+        ({"hello": 0}, "timeouts.hello must be a positive number of seconds, got 0"),
+        ({"stall": -1.0}, "timeouts.stall must be a positive"),
+        ({"request": float("nan")}, "timeouts.request must be a positive"),
+        ({"exit_grace": float("inf")}, "timeouts.exit_grace must be a positive"),
+        ({"term_grace": True}, "timeouts.term_grace must be a positive"),
+        ({"hello": "2"}, "timeouts.hello must be a positive"),
+        ({"stall": 20.0, "ceiling": 10.0}, r"timeouts.ceiling \(10.0\) must be >= timeouts.stall"),
+    ],
+)
+def test_bad_timeouts_are_refused_naming_the_field(
+    tmp_path: Path, timeouts: dict[str, object], says: str
+) -> None:
+    from highlander import Timeouts
+
+    handle = _handle(tmp_path, timeouts=Timeouts(**timeouts))  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=says):
+        handle.acquire()
+    assert not list((tmp_path / "rt").glob("*.lock")), "refused before touching the project"
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"thrash_limit": 0}, "thrash limit must be an integer >= 1, got 0"),
+        ({"thrash_limit": True}, "thrash limit must be an integer >= 1, got True"),
+        ({"thrash_limit": 2.5}, "thrash limit must be an integer >= 1"),
+        ({"thrash_window": 0}, "thrash window must be > 0 seconds, got 0"),
+        ({"thrash_window": float("nan")}, "thrash window must be > 0 seconds"),
+    ],
+)
+def test_bad_thrash_settings_are_refused_naming_them(
+    tmp_path: Path, options: dict[str, object], says: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=says):
+        _handle(tmp_path, **options).acquire()
