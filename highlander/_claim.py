@@ -22,6 +22,7 @@ Every descriptor is close-on-exec.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from highlander._errors import ForeignHolderError
 from highlander._events import Event, Outcome
 from highlander._identity import boot_id, cmdline, own_identity
-from highlander._record import HolderRecord, read_record, write_record
+from highlander._record import GENERATION_MAX, HolderRecord, read_record, write_record
 from highlander._settings import Settings
 
 if TYPE_CHECKING:
@@ -79,6 +80,26 @@ class ProjectLock:
         os.close(fd)
         return None
 
+    def stored_generation(self) -> int:
+        """The fencing generation last stored in the lock file (0 if none or not a number).
+
+        A copy of the record's, so a damaged ``.state`` does not send the
+        generation back to 1 (the record is replaceable; the lock file never is).
+        """
+        try:
+            line = os.pread(self.fd, 32, 0).split(b"\n", 1)[0]
+        except OSError:
+            return 0
+        value = int(line) if line.isdigit() and len(line) <= 20 else 0
+        return value if value < GENERATION_MAX else 0
+
+    def store_generation(self, generation: int) -> None:
+        """Keep ``generation`` in the lock file (the lock itself is unaffected by writes)."""
+        data = f"{generation}\n".encode()
+        with contextlib.suppress(OSError):  # a copy: the record stays authoritative
+            os.pwrite(self.fd, data, 0)
+            os.ftruncate(self.fd, len(data))
+
     def release(self) -> None:
         """Give the lock up (closing our descriptor; a successor's copy keeps it)."""
         if self.fd >= 0:
@@ -117,8 +138,7 @@ def claim_free(settings: Settings) -> Reign | None:
         lock.release()
         raise
     outcome = Outcome.CLAIMED_STALE if stale else Outcome.CLAIMED_FREE
-    record = new_record(settings, read_record(settings.paths.state), successor_of=None)
-    write_record(settings.paths.state, record)
+    record = publish_record(settings, lock, successor_of=None)
     if stale:
         settings.events.emit(Event.STALE_CLEARED, socket=settings.paths.socket)
     settings.events.emit(Event.CLAIMED, outcome=outcome, generation=record.generation)
@@ -129,12 +149,33 @@ def claim_free(settings: Settings) -> Reign | None:
     return Reign(lock, listener, record, None, outcome)
 
 
+def publish_record(
+    settings: Settings, lock: ProjectLock, *, successor_of: int | None
+) -> HolderRecord:
+    """Write this process's record for a new reign (caller holds ``lock``); return it.
+
+    The generation is one more than the highest of the previous record's, the
+    copy in the lock file and the predecessor's (``successor_of``), so it only
+    ever grows, even after the record was damaged or deleted.
+    """
+    previous = read_record(settings.paths.state)
+    floor = max(lock.stored_generation(), successor_of or 0)
+    record = new_record(settings, previous, successor_of=successor_of, floor=floor)
+    write_record(settings.paths.state, record)
+    lock.store_generation(record.generation)
+    return record
+
+
 def new_record(
-    settings: Settings, previous: HolderRecord | None, *, successor_of: int | None
+    settings: Settings,
+    previous: HolderRecord | None,
+    *,
+    successor_of: int | None,
+    floor: int = 0,
 ) -> HolderRecord:
     """This process's record for a new reign (generation +1, succession history kept)."""
     me, now_ms = own_identity(), int(time.time() * 1000)
-    generation = max(previous.generation if previous else 0, successor_of or 0) + 1
+    generation = max(previous.generation if previous else 0, successor_of or 0, floor) + 1
     history = list(previous.successions_ms) if previous else []
     if successor_of is not None:
         history.append(now_ms)

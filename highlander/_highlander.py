@@ -28,6 +28,7 @@ from highlander._log import flush, hold, log
 from highlander._modes import Mode, ThrashPolicy
 from highlander._record import HolderRecord, read_record
 from highlander._settings import Settings
+from highlander._threads import start_daemon
 
 if TYPE_CHECKING:
     from highlander._deadlines import Timeouts
@@ -145,10 +146,7 @@ class Highlander:
             assert isinstance(result, Reign)  # AUTO never yields a duplicate
             reign = result
         self._begin(reign)
-        self._thread = threading.Thread(
-            target=self._thread_main, name=f"highlander-{settings.app}", daemon=True
-        )
-        self._thread.start()
+        self._thread = start_daemon(self._thread_main, f"highlander-{settings.app}")
         atexit.register(self.release)
         return self
 

@@ -21,6 +21,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from highlander._threads import start_daemon
+
 _warned: set[str] = set()
 _Item = tuple[str, str, dict[str, Any]] | threading.Event
 
@@ -48,8 +50,7 @@ class _Sink:
     def start(self) -> None:
         with self.lock:
             if self.thread is None:
-                self.thread = threading.Thread(target=self.run, name="highlander-log", daemon=True)
-                self.thread.start()
+                self.thread = start_daemon(self.run, "highlander-log")
 
     def run(self) -> None:
         logger = get_logger()

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from highlander._claim import ProjectLock, Reign, claim_free, new_record
+from highlander._claim import ProjectLock, Reign, claim_free, publish_record
 from highlander._client import Greeting, Mismatch, Silent, connect, greet
 from highlander._connection import Closed
 from highlander._deadlines import Phase
@@ -45,7 +45,7 @@ from highlander._listener import Listener
 from highlander._messages import AckSuccession, Busy, Intent, ProgressReport, Refused, Save, Saved
 from highlander._modes import Mode
 from highlander._observe import record_target
-from highlander._record import HolderRecord, read_record, write_record
+from highlander._record import HolderRecord, read_record
 from highlander._settings import Settings
 from highlander._termination import terminate, wait_for_exit
 from highlander._waiting import Waiter
@@ -387,9 +387,7 @@ def _take_over(
         # (we hold the lock) rather than reign unreachable.
         listener.close(unlink=False)
         listener, _ = Listener.bind(settings.paths)
-    previous = read_record(settings.paths.state)
-    record = new_record(settings, previous, successor_of=saved.generation)
-    write_record(settings.paths.state, record)
+    record = publish_record(settings, lock, successor_of=saved.generation)
     settings.events.emit(
         Event.CLAIMED,
         outcome=Outcome.SUCCEEDED,

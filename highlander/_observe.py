@@ -22,6 +22,7 @@ from typing import Any
 from highlander._identity import Expected, mismatch
 from highlander._record import HolderRecord, read_record
 from highlander._settings import Settings
+from highlander._threads import start_daemon
 
 
 def record_target(settings: Settings, record: HolderRecord | None) -> Expected | None:
@@ -65,6 +66,4 @@ def probe_in_background(
 
         then(run_blocking(probe(settings, BLOCKING)))
 
-    thread = threading.Thread(target=run, name="highlander-probe", daemon=True)
-    thread.start()
-    return thread
+    return start_daemon(run, "highlander-probe")

@@ -126,7 +126,7 @@ def run_all(base: Path, args: argparse.Namespace) -> tuple[list[Row], dict[str, 
     script = write_child_script(base)
     steps: list[tuple[str, Callable[[], list[Row]]]] = [
         ("1/9 uncontended acquire", lambda: [bench_acquire(base, args.runs)]),
-        ("2/9 succession", lambda: [bench_succession(base, args.runs, script)]),
+        ("2/9 succession", lambda: bench_succession(base, args.runs, script)),
         ("3/9 stale claim", lambda: [bench_stale(base, args.runs, script)]),
         (
             f"4/9 idle holder ({args.idle_seconds:g} s)",

@@ -9,8 +9,9 @@ time is from ``time.perf_counter()`` in this process just before ``Popen`` to
 the verdict line arriving: interpreter start-up + import + attempt.
 
 Highlander's probe runs ``Highlander(app=..., mode="observe").acquire()``: it
-finds the holder, asks it for a signed STATUS and returns as a duplicate that
-knows the holder's verified identity (``hl.holder.pid``).  The peers learn only
+finds the lock held and returns as a duplicate that knows the holder's
+identity, its record verified against the kernel (``hl.holder.pid``); the
+signed look at the holder continues on a background thread.  The peers learn only
 "locked".  Runs are interleaved (run 1 of every library, then run 2, ...), so
 drift in the machine's load spreads over all rows alike.  One untimed warm-up
 probe per library fills the private bytecode cache first.
@@ -208,9 +209,10 @@ def bench_peers(base: Path, runs: int) -> list[Row]:
                 row.target = TARGET_FACTOR * ref_median
                 row.extra["target_is"] = f"{TARGET_FACTOR} x {REFERENCE} median"
             row.note = (
-                "the verdict includes the holder's verified identity (pid, start time, exe, "
-                "checked against the kernel) from a signed STATUS probe; the others learn only "
-                f"'locked'. Target: <= {TARGET_FACTOR}x {REFERENCE}'s median"
+                "the verdict includes the holder's identity from its record, verified against "
+                "the kernel (pid, start time, exe, uid, boot id, holds the lock file); the signed "
+                "probe of the holder runs in the background. The others learn only 'locked'. "
+                f"Target: <= {TARGET_FACTOR}x {REFERENCE}'s median"
                 + (f". Peers {skipped}" if skipped else "")
             )
         rows.append(row)

@@ -171,3 +171,23 @@ def test_record_with_a_generation_past_63_bits(kids: Children) -> None:
     _claims_or_fails(kids, "claimed_stale")
     # The new holder must be able to hand over.
     _claims_or_fails(kids, "succeeded")
+
+
+def test_generation_keeps_growing_after_the_record_is_damaged(kids: Children) -> None:
+    """Found by the chaos: a damaged `.state` sent the fencing generation back to 1."""
+    first = kids.start()
+    assert first.wait_for("ready")["generation"] == 1
+    second = kids.start()
+    assert second.wait_for("ready")["generation"] == 2
+    first.finish()
+    (state,) = kids.runtime.glob("*.state")
+    state.write_text("\x00 not a record")
+    os.kill(second.pid, signal.SIGKILL)
+    second.finish()
+    third = kids.start()
+    report = third.wait_for("ready")
+    assert report["outcome"] == "claimed_stale"
+    assert report["generation"] == 3  # from the copy the lock file keeps
+    state.unlink()
+    fourth = kids.start()
+    assert fourth.wait_for("ready")["generation"] == 4  # a deleted record too
