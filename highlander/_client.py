@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import socket
 from typing import Any, NamedTuple
 
@@ -101,7 +100,7 @@ async def greet(
     conn = Connection(
         Role.NEWCOMER,
         key=settings.key(),
-        nonce=secrets.token_bytes(16),
+        nonce=os.urandom(16),
         now=waiter.now(),
         timeouts=settings.timeouts,
     )

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import socket
 import threading
 import time
@@ -203,7 +202,7 @@ class Incumbent:
         conn = Connection(
             Role.INCUMBENT,
             key=self.settings.key(),
-            nonce=secrets.token_bytes(16),
+            nonce=os.urandom(16),
             now=anyio.current_time(),
             timeouts=self.settings.timeouts,
         )

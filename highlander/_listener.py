@@ -40,9 +40,8 @@ class Listener(NamedTuple):
         Returns the listener and whether a stale socket file was replaced.
         """
         _refuse_live_listener(paths.socket)
-        tmp = paths.private_socket(
-            os.urandom(PRIVATE_TAG_CHARS // 2).hex()
-        )  # not secrets: same bytes, lighter import
+        # os.urandom rather than secrets: the same bytes, without secrets' imports.
+        tmp = paths.private_socket(os.urandom(PRIVATE_TAG_CHARS // 2).hex())
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
             sock.bind(tmp)

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class ProgressState:
+class ProgressState(NamedTuple):
     """One snapshot of a save's progress."""
 
     counter: int

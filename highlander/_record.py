@@ -76,7 +76,7 @@ def _plausible(record: HolderRecord) -> bool:
 
 def write_record(path: str, record: HolderRecord) -> None:
     """Replace the record at ``path`` atomically (caller holds the lock)."""
-    tmp = f"{path}.{os.urandom(6).hex()}.tmp"  # os.urandom: secrets is a heavier import
+    tmp = f"{path}.{os.urandom(6).hex()}.tmp"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
     fd = os.open(tmp, flags, 0o600)
     try:

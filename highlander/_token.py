@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from highlander._errors import UnsafeSecretError
 from highlander._log import warn_once
@@ -26,8 +25,7 @@ MIN_TOKEN_CHARS = 16
 _OPEN_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
-@dataclass(frozen=True, slots=True)
-class Token:
+class Token(NamedTuple):
     """The secret bytes and where they came from (for ``doctor`` and logs)."""
 
     secret: bytes
@@ -117,11 +115,11 @@ def _secret_problem(st: os.stat_result) -> str | None:
 
 
 def _publish_secret(path: str) -> None:
-    tmp = f"{path}.{secrets.token_hex(8)}.tmp"
+    tmp = f"{path}.{os.urandom(8).hex()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(secrets.token_hex(32).encode() + b"\n")
+            handle.write(os.urandom(32).hex().encode() + b"\n")
             handle.flush()
             os.fsync(handle.fileno())
         # If another process published first, everyone reads its secret.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from typing import Any
 
@@ -214,8 +213,10 @@ def test_valid_edge_values(cls: type[Message], overrides: dict[str, Any]) -> Non
 def test_messages_are_frozen(cls: type[Message]) -> None:
     message = _build(cls)
     for name in VALID[cls]:
-        with pytest.raises(dataclasses.FrozenInstanceError):
+        with pytest.raises(AttributeError, match="immutable"):
             setattr(message, name, VALID[cls][name])
+        with pytest.raises(AttributeError, match="immutable"):
+            delattr(message, name)
 
 
 @pytest.mark.parametrize(("cls", "name", "bad"), INVALID, ids=_param_id)
@@ -407,3 +408,20 @@ def test_from_fields_does_not_mutate_its_argument() -> None:
     before = dict(data)
     Save.from_fields(data)
     assert data == before
+
+
+def test_constructor_names_what_is_wrong_with_its_arguments() -> None:
+    busy = Busy(7, 11)  # positional, in declaration order
+    assert (busy.pid, busy.start_time) == (7, 11)
+    assert busy == Busy(pid=7, start_time=11) and hash(busy) == hash(Busy(7, 11))
+    assert busy != Busy(7, 12) and repr(busy) == "Busy(pid=7, start_time=11)"
+    with pytest.raises(TypeError, match="Busy takes 2 fields, 3 were given"):
+        Busy(1, 2, 3)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="Busy got field 'pid' twice"):
+        Busy(1, pid=2)  # type: ignore[call-arg, misc]
+    with pytest.raises(TypeError, match="Busy got field 'colour' that it does not have"):
+        Busy(1, 2, colour="red")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="Busy is missing field 'start_time'"):
+        Busy(1)  # type: ignore[call-arg]
+    assert ProgressReport(3).note == ""  # a declared default
+    assert Busy.FIELDS == ("pid", "start_time") and AckSuccession.FIELDS == ()
