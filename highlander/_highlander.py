@@ -158,11 +158,9 @@ class Highlander:
         incumbent = self._new_incumbent()
         if incumbent is None:
             return  # released before we got going
-        assert self.settings is not None
-        # Derive the HMAC key now, so the first newcomer does not wait for it.
-        # An error here (an unsafe secret file) is the first conversation's to report.
-        with contextlib.suppress(HighlanderError):
-            self.settings.key()
+        # The HMAC key is derived at the first conversation, not now: importing
+        # cryptography costs every idle holder 6.5 MB, and the newcomer derives
+        # its own key at the same moment (on another CPU) anyway.
         anyio.run(incumbent.serve, self._parent)
 
     # -- the async API ----------------------------------------------------------
