@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 from highlander._claim import Reign, claim_free
 from highlander._errors import Deposed, ForeignHolderError, HighlanderError
 from highlander._events import Event, Outcome
-from highlander._log import flush, hold, log
+from highlander._log import flush, log
 from highlander._modes import Mode, ThrashPolicy
 from highlander._record import HolderRecord, read_record
 from highlander._settings import Settings
-from highlander._threads import start_daemon
+from highlander._threads import hold, start_daemon
 
 if TYPE_CHECKING:
     from highlander._deadlines import Timeouts
@@ -146,7 +146,9 @@ class Highlander:
             assert isinstance(result, Reign)  # AUTO never yields a duplicate
             reign = result
         self._begin(reign)
-        self._thread = start_daemon(self._thread_main, f"highlander-{settings.app}")
+        self._thread = start_daemon(
+            self._thread_main, f"highlander-{settings.app}", after_claims=False
+        )
         atexit.register(self.release)
         return self
 

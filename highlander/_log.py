@@ -3,8 +3,9 @@
 Lines are rendered by structlog on a small daemon thread, not by the caller:
 importing and configuring structlog costs tens of milliseconds, which must
 not land on a succession's critical path.  While a claim is in flight
-(:func:`hold`) lines wait in a queue; they are written as soon as it ends,
-and :func:`flush` (called before the process leaves) writes whatever is left.
+(:func:`highlander._threads.hold`) lines wait in a queue; they are written as
+soon as it ends, and :func:`flush` (called before the process leaves) writes
+whatever is left.
 
 The application's own structlog configuration is left alone: this module
 wraps its own logger instead of calling ``structlog.configure``.
@@ -18,10 +19,9 @@ import os
 import queue
 import sys
 import threading
-from collections.abc import Iterator
 from typing import Any
 
-from highlander._threads import start_daemon
+from highlander._threads import release_holds, start_daemon, wait_for_quiet
 
 _warned: set[str] = set()
 _Item = tuple[str, str, dict[str, Any]] | threading.Event
@@ -31,21 +31,16 @@ class _Sink:
     def __init__(self) -> None:
         self.queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         self.thread: threading.Thread | None = None
-        self.holds = 0
         #: Lines queued or being written; flush() waits until it is zero.
         self.pending = 0
         self.lock = threading.Lock()
-        #: Set while no claim is in flight: the thread renders only then.
-        self.open = threading.Event()
-        self.open.set()
 
     def put(self, item: _Item) -> None:
         if not isinstance(item, threading.Event):
             with self.lock:
                 self.pending += 1
         self.queue.put(item)
-        if self.holds == 0:
-            self.start()
+        self.start()
 
     def start(self) -> None:
         with self.lock:
@@ -56,9 +51,7 @@ class _Sink:
         logger = get_logger()
         while True:
             item = self.queue.get()
-            # Never compete with a claim for the interpreter (bounded: a stuck hold
-            # must not silence the log forever).
-            self.open.wait(timeout=5.0)
+            wait_for_quiet()  # never compete with a claim for the interpreter
             if isinstance(item, threading.Event):
                 item.set()
                 continue
@@ -124,30 +117,13 @@ def warn_once(key: str, event: str, **fields: Any) -> bool:
     return True
 
 
-@contextlib.contextmanager
-def hold() -> Iterator[None]:
-    """Keep log lines queued (not rendered) while the block runs: a latency-critical claim."""
-    with _sink.lock:
-        _sink.holds += 1
-        _sink.open.clear()
-    try:
-        yield
-    finally:
-        with _sink.lock:
-            _sink.holds -= 1
-            if _sink.holds == 0:
-                _sink.open.set()
-        if _sink.holds == 0 and not _sink.queue.empty():
-            _sink.start()
-
-
 def flush(timeout: float = 2.0) -> None:
     """Write every queued line to stderr (bounded by ``timeout``)."""
     if _sink.pending == 0:
         return
     done = threading.Event()
     _sink.queue.put(done)
-    _sink.open.set()  # leaving: write everything now, hold or not
+    release_holds()  # leaving: write everything now, hold or not
     _sink.start()
     done.wait(timeout)
 

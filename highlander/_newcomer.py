@@ -249,6 +249,8 @@ async def _end_socketless_holder(settings: Settings, waiter: Waiter) -> None:
             f"a process holds the project's lock but nobody answers on {settings.paths.socket} "
             "and its record is missing: find it with `fuser` on the .lock file and stop it"
         )
+    if target.pid == os.getpid():
+        raise _claimed_twice(settings)
     settings.events.emit(Event.HUNG, peer_pid=target.pid, phase="socket")
     await terminate(target, settings.timeouts, settings.events, "no socket", waiter)
 
@@ -268,10 +270,7 @@ async def _attempt(
         if isinstance(greeting, Silent):
             return _silent(settings, greeting, connected_ms)
         if greeting.hello.pid == os.getpid():
-            raise ConfigurationError(
-                f"this process already holds {settings.app} for {settings.root}: keep the "
-                "handle from the first ensure_singleton() instead of claiming twice"
-            )
+            raise _claimed_twice(settings)
         return await _succeed(settings, greeting, fds)
     except (BrokenPipeError, ConnectionResetError):
         return _RETRY  # the holder went away mid-conversation (e.g. it was just deposed)
@@ -295,9 +294,18 @@ def _silent(
         )
     if target.pid != greeting.pid:
         return _Transition(greeting.pid, target.pid)
+    if target.pid == os.getpid():
+        raise _claimed_twice(settings)
     if record.since_ms >= connected_ms:
         return _Fresh(target, record.generation)
     return _Hung(target, Phase.HELLO.value)
+
+
+def _claimed_twice(settings: Settings) -> ConfigurationError:
+    return ConfigurationError(
+        f"this process already holds {settings.app} for {settings.root}: keep the "
+        "handle from the first ensure_singleton() instead of claiming twice"
+    )
 
 
 def _hello_target(greeting: Greeting, lock_path: str | None) -> Expected:

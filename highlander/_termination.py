@@ -48,6 +48,9 @@ async def terminate(
     expected: Expected, timeouts: Timeouts, events: EventLog, why: str, waiter: Waiter
 ) -> None:
     """SIGTERM then SIGKILL the verified process ``expected``; return once it is gone."""
+    if expected.pid == os.getpid():
+        # Last line of defence: callers detect this case and say what to do.
+        raise ForeignHolderError(f"refusing to signal this process itself (pid {expected.pid})")
     try:
         fd = os.pidfd_open(expected.pid)
     except ProcessLookupError:

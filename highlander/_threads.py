@@ -1,25 +1,89 @@
-"""Background threads that never make their starter wait.
+"""Background threads that stay out of a claim's way.
 
-``Thread.start()`` returns only once the new thread runs; if that thread goes
-straight into CPU work (Highlander's serving side imports the event loop and
-the protocol), it holds the GIL and its starter waits up to the switch
-interval (5 ms) to continue.  A thread started here first sleeps for zero
-seconds, which hands the GIL straight back: the claim returns at once and
-the background work proceeds in the caller's gaps.
+Highlander's background work (rendering log lines with structlog, the
+serving side's imports, the OBSERVE/WARN probe) is CPU work that holds the
+GIL.  Started during a claim, it would make the claiming thread wait up to
+the interpreter's switch interval (5 ms) every time that thread blocks, even
+briefly, as ``Thread.start()`` itself does.  So:
+
+* :func:`hold` marks a claim in flight; background threads that can wait
+  (the log, the probe) wait, bounded, until no claim is;
+* a thread from :func:`start_daemon` first sleeps for zero seconds, which
+  hands the GIL straight back to the thread that started it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+
+#: A stuck claim must not silence the log or stop serving forever.
+HOLD_LIMIT = 5.0
 
 
-def start_daemon(target: Callable[[], object], name: str) -> threading.Thread:
-    """Start ``target`` on a daemon thread called ``name`` that lets its starter go first."""
+class _Gate:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.holds = 0
+        #: Set while no claim is in flight.
+        self.open = threading.Event()
+        self.open.set()
+
+
+_gate = _Gate()
+
+
+def _reset_after_fork() -> None:
+    global _gate  # noqa: PLW0603 - a hold in another thread of the parent does not exist here
+    _gate = _Gate()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+@contextlib.contextmanager
+def hold() -> Iterator[None]:
+    """Keep background work waiting while the block runs (a latency-critical claim)."""
+    gate = _gate
+    with gate.lock:
+        gate.holds += 1
+        gate.open.clear()
+    try:
+        yield
+    finally:
+        with gate.lock:
+            gate.holds -= 1
+            if gate.holds == 0:
+                gate.open.set()
+
+
+def release_holds() -> None:
+    """Let background work run now, hold or not (the process is leaving)."""
+    _gate.open.set()
+
+
+def wait_for_quiet(timeout: float = HOLD_LIMIT) -> None:
+    """Wait until no claim is in flight (at most ``timeout`` seconds)."""
+    _gate.open.wait(timeout)
+
+
+def start_daemon(
+    target: Callable[[], object], name: str, *, after_claims: bool = True
+) -> threading.Thread:
+    """Start ``target`` on a daemon thread that lets its starter go first.
+
+    With ``after_claims`` it also waits (bounded) until no claim is in flight.
+    A holder's serving thread must not: it has to answer newcomers in time
+    even while the same process claims another project.
+    """
 
     def run() -> None:
         time.sleep(0)
+        if after_claims:
+            wait_for_quiet()
         target()
 
     thread = threading.Thread(target=run, name=name, daemon=True)

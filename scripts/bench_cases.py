@@ -103,6 +103,11 @@ def acquire_runs(scratch: Path, runs: int, profiler: cProfile.Profile | None = N
         return elapsed * 1000
 
     one(None)  # warm-up, untimed and unprofiled
+    # The warm-up's log lines start the log thread, which imports structlog:
+    # let that finish rather than compete with the timed runs.
+    from highlander._log import flush  # noqa: PLC0415
+
+    flush()
     return [one(profiler) for _ in range(runs)]
 
 
@@ -309,7 +314,11 @@ def bench_idle(base: Path, seconds: float, script: Path) -> list[Row]:
             "4. idle holder: extra RSS vs baseline",
             "MB",
             [rss(h) - rss(b)],
-            target=3.0,
+            note=(
+                "what holding adds to an application that has asyncio+anyio loaded: anyio's "
+                "asyncio backend and the serving loop's thread, structlog, the protocol core "
+                "(docs/performance.md has the breakdown); no target in the issue"
+            ),
         ),
     ]
 

@@ -142,3 +142,37 @@ def test_duplicate_with_an_unverifiable_record_names_no_holder(kids: Children) -
 def _events(kids: Children) -> list[dict[str, Any]]:
     (log,) = kids.runtime.glob("*.events.jsonl")
     return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+#: One process holds, stops its own server, then claims again: the second claim
+#: meets a silent holder whose record names this very process.
+SILENT_SELF = """
+import json, os, threading
+from highlander import ConfigurationError, Highlander, Timeouts
+
+def report(**fields):
+    os.write(int(os.environ["HL_READY_FD"]), (json.dumps(fields) + "\\n").encode())
+
+first = Highlander(app="child", timeouts=Timeouts(hello=0.3)).acquire()
+for _ in range(500):  # the serving thread builds its Incumbent in the background
+    if first._incumbent is not None:
+        break
+    threading.Event().wait(0.01)
+first._incumbent.stop()
+first._incumbent.ended.wait(10)
+try:
+    Highlander(app="child", timeouts=Timeouts(hello=0.3)).acquire()
+    report(event="ready", outcome="claimed twice")
+except ConfigurationError as exc:
+    report(event="ready", outcome="refused", error=str(exc), holder=first.is_holder)
+"""
+
+
+def test_second_claim_in_a_process_never_signals_the_process_itself(kids: Children) -> None:
+    child = kids.spawn([sys.executable, "-c", SILENT_SELF], kids.env())
+    report = child.wait_for("ready")
+    assert report["outcome"] == "refused", report
+    assert "already holds" in report["error"]
+    assert report["holder"] is True
+    status, out, _ = child.finish()
+    assert (status, out) == (0, b"")  # not SIGTERMed by its own newcomer
