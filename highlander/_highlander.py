@@ -278,9 +278,9 @@ class Highlander:
 
         self.outcome = Outcome.DUPLICATE
         self.holder = record = verified_holder(settings)
-        settings.events.emit(
-            Event.DUPLICATE, holder_pid=record.pid if record else None, outcome=Outcome.DUPLICATE
-        )
+        holder_pid = record.pid if record else None
+        settings.events.emit(Event.DETECTED, holder_pid=holder_pid)
+        settings.events.emit(Event.DUPLICATE, holder_pid=holder_pid, outcome=Outcome.DUPLICATE)
         if settings.mode is Mode.WARN:
             holder = f"pid {record.pid}" if record else "a process that has not written its record"
             since = (

@@ -164,9 +164,7 @@ async def acquire(settings: Settings, waiter: Waiter) -> Reign | Duplicate:
         if reign is not None:
             return reign
         if settings.mode is not Mode.AUTO:
-            record = read_record(settings.paths.state)
-            settings.events.emit(Event.DETECTED, holder_pid=record.pid if record else None)
-            return Duplicate(record)
+            return Duplicate(read_record(settings.paths.state))
         result = await _attempt(settings, waiter)
         if isinstance(result, Reign):
             return result

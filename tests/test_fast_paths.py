@@ -124,7 +124,7 @@ def test_warn_reports_a_silent_holder_from_the_background_probe(kids: Children) 
     assert (status, out) == (0, b"")
     assert "is not answering" in err.decode()
     mine = [e for e in _events(kids) if e["pid"] == child.pid]
-    assert [e["event"] for e in mine] == ["duplicate", "timeout", "hung"]
+    assert [e["event"] for e in mine] == ["detected", "duplicate", "timeout", "hung"]
     assert mine[-1]["peer_pid"] == holder.pid
 
 
