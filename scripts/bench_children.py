@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench_env import HOLD, TOKEN, WAIT, BenchError, child_env
+from bench_env import APP, HOLD, TOKEN, WAIT, BenchError, child_env
 
 # The test suite's process helpers, reused rather than copied.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -213,6 +213,20 @@ class Children:
         self.project.mkdir()
         self.runtime = scratch / "rt"
         self.started: list[Child] = []
+
+    def settings(self) -> Any:
+        """The library's ``Settings`` for this scratch project, as its children resolve them."""
+        # Imported here, after the bench has pointed the bytecode cache at its scratch.
+        from highlander._settings import Settings  # noqa: PLC0415
+
+        return Settings.resolve(
+            app=APP,
+            project=self.project,
+            mode=None,
+            token=TOKEN,
+            timeouts=None,
+            runtime_dir=self.runtime,
+        )
 
     def env(self) -> dict[str, str]:
         env = child_env(self.pycache)

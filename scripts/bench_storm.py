@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench_children import Child, Children, children, write_child_script
-from bench_env import APP, TOKEN, WAIT, BenchError, machine_info, machine_line, stderr_to
+from bench_env import WAIT, BenchError, machine_info, machine_line, stderr_to
 from bench_results import Row, render_table
 
 #: Children started per storm (the issue's "storm of 32 starts").
@@ -103,7 +103,6 @@ def _check(kids: Children, storm: list[Child], survivor: Child) -> StormRun:
     from highlander._identity import mismatch  # noqa: PLC0415
     from highlander._observe import record_target  # noqa: PLC0415
     from highlander._record import read_record  # noqa: PLC0415
-    from highlander._settings import Settings  # noqa: PLC0415
 
     holding = [
         c
@@ -125,14 +124,7 @@ def _check(kids: Children, storm: list[Child], survivor: Child) -> StormRun:
             refusals[why["error"] + (f" ({why['reason']})" if why["reason"] else "")] += 1
         else:
             raise BenchError(f"child {child.pid} exited {status} after {said}{child.tail()}")
-    settings = Settings.resolve(
-        app=APP,
-        project=kids.project,
-        mode=None,
-        token=TOKEN,
-        timeouts=None,
-        runtime_dir=kids.runtime,
-    )
+    settings = kids.settings()
     record = read_record(settings.paths.state)
     target = record_target(settings, record)
     if record is None or target is None or record.pid != survivor.pid:

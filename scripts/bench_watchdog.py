@@ -25,7 +25,7 @@ from typing import Any
 
 from bench_cases import wait_until
 from bench_children import Child, Children, check_exit, children, newcomer
-from bench_env import APP, TOKEN, BenchError, proc_stat
+from bench_env import BenchError, proc_stat
 from bench_results import Row
 
 #: Timed calls per identity check, after IDENTITY_WARMUP untimed ones.
@@ -64,19 +64,11 @@ def bench_identity(base: Path, script: Path) -> list[Row]:
     from highlander._identity import Expected, mismatch  # noqa: PLC0415
     from highlander._observe import record_target  # noqa: PLC0415
     from highlander._record import read_record  # noqa: PLC0415
-    from highlander._settings import Settings  # noqa: PLC0415
 
     with children(base, "identity", script) as kids:
         holder = kids.start("holder")
         holder.expect("ready")
-        settings = Settings.resolve(
-            app=APP,
-            project=kids.project,
-            mode=None,
-            token=TOKEN,
-            timeouts=None,
-            runtime_dir=kids.runtime,
-        )
+        settings = kids.settings()
         # The target exactly as a newcomer builds it from the holder's record.
         by_record = record_target(settings, read_record(settings.paths.state))
         if by_record is None or by_record.pid != holder.pid or by_record.lock_path is None:
