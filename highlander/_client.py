@@ -1,10 +1,10 @@
 """The client half of a conversation: connect to the holder and verify who answers.
 
 Shared by the newcomer's succession, the status and stop requests and the
-read-only probe of OBSERVE/WARN.  Before
-anything is sent, the peer is checked against the kernel: same uid (from
-``SO_PEERCRED``), and HELLO's pid, start time, executable and app must match
-what ``/proc`` says about the process behind the socket.
+read-only probe of OBSERVE/WARN.  Before anything is sent, the peer is
+checked against the kernel: same uid (from ``SO_PEERCRED``), and HELLO's
+pid, start time, executable and app must match what ``/proc`` says about
+the process behind the socket.
 """
 
 from __future__ import annotations
@@ -58,20 +58,26 @@ class Mismatch(NamedTuple):
     problem: str
 
 
-async def connect(path: str, waiter: Waiter) -> socket.socket | None:
-    """Connect to the socket at ``path``; ``None`` if nobody listens there."""
+class QueueFull(Exception):  # noqa: N818 - a condition the callers turn into their own answer
+    """The holder's queue of pending connections is full: it is not accepting now."""
+
+
+def connect(path: str) -> socket.socket | None:
+    """Connect to the socket at ``path``; ``None`` if nobody listens there.
+
+    Raises :class:`QueueFull` when the listener's backlog is full: a
+    non-blocking connect to a Unix socket then fails at once (``EAGAIN``)
+    and the socket stays unconnected; its ``SO_PEERCRED`` would name pid 0.
+    """
     sock = unix_socket()
     try:
         sock.connect(path)
     except BlockingIOError:
-        # Backlog full: wait (bounded by the caller's deadlines) for room.
-        await waiter.writable(sock)
-        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
-            sock.close()
-            return None
+        sock.close()
+        raise QueueFull(path) from None
     except OSError as exc:
         sock.close()
-        if exc.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK, errno.EAGAIN):
+        if exc.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK):
             return None
         raise
     return sock
@@ -155,12 +161,14 @@ async def probe(settings: Settings, waiter: Waiter) -> dict[str, Any]:
     Returns what was learnt (``answering``, ``pid``); a holder that does not
     answer in time is reported (event ``hung``), never signalled.
     """
-    sock = await connect(settings.paths.socket, waiter)
+    try:
+        sock = connect(settings.paths.socket)
+    except QueueFull:
+        return {"answering": False, "pid": None, "error": "its connection queue is full"}
     if sock is None:
         settings.events.emit(Event.UNREACHABLE, socket=settings.paths.socket)
         return {"answering": False, "pid": None, "error": "no socket"}
     try:
-        check_uid(settings, peer_credentials(sock))
         greeting = await greet(settings, sock, waiter)
         if isinstance(greeting, Greeting):
             return {"answering": True, "pid": greeting.hello.pid}

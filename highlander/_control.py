@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from highlander._client import Greeting, Mismatch, Silent, connect, greet
+from highlander._client import Greeting, Mismatch, QueueFull, Silent, connect, greet
 from highlander._connection import Closed
 from highlander._errors import HighlanderError, IncumbentUnreachableError, SuccessionRefused
 from highlander._messages import (
@@ -64,7 +64,12 @@ async def query_status(settings: Settings, waiter: Waiter) -> HolderStatus:
     """Ask the holder for its status; fall back on its record when it cannot answer."""
     status = HolderStatus(held=False, socket=settings.paths.socket)
     status.record = read_record(settings.paths.state)
-    sock = await connect(settings.paths.socket, waiter)
+    try:
+        sock = connect(settings.paths.socket)
+    except QueueFull:
+        status.held = True
+        status.problem = "its queue of pending connections is full: it is not accepting"
+        return status
     if sock is None:
         status.held = lock_is_held(settings.paths.lock)
         if status.held:
@@ -101,7 +106,13 @@ async def request_stop(
 
     Raises :class:`IncumbentUnreachableError` when there is no holder to ask.
     """
-    sock = await connect(settings.paths.socket, waiter)
+    try:
+        sock = connect(settings.paths.socket)
+    except QueueFull:
+        raise IncumbentUnreachableError(
+            f"the holder on {settings.paths.socket} is not accepting connections (its queue "
+            "is full); retry, or see `highlander status`"
+        ) from None
     if sock is None:
         raise IncumbentUnreachableError(f"no holder listens on {settings.paths.socket}")
     try:

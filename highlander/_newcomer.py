@@ -11,8 +11,9 @@ project (or, in OBSERVE/WARN, knows it runs as a duplicate):
 3. BUSY: another succession runs; wait for that incumbent to exit (a pidfd
    wakes us, no polling) and try again against whoever holds then;
 4. a verified holder that misses a deadline (or holds the lock with no
-   socket) is ended by the verified kill (:mod:`highlander._termination`),
-   AUTO only; then the lock is free and step 1 claims it.
+   socket, or with a queue of connections that stays full for ``hello``) is
+   ended by the verified kill (:mod:`highlander._termination`), AUTO only;
+   then the lock is free and step 1 claims it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from highlander._claim import ProjectLock, Reign, claim_free, publish_record
-from highlander._client import Greeting, Mismatch, Silent, connect, greet
+from highlander._client import Greeting, Mismatch, QueueFull, Silent, connect, greet
 from highlander._connection import Closed
 from highlander._deadlines import Phase
 from highlander._errors import (
@@ -111,6 +112,9 @@ class _Retry:
 
 
 _RETRY = _Retry()
+#: The holder's queue of pending connections is full (a storm, or a holder
+#: that stopped accepting): back off and try again, for at most ``hello``.
+_QUEUE_FULL = _Retry()
 
 
 class _Patience:
@@ -187,6 +191,7 @@ class _Progress:
         self.mismatches = _Patience(settings)
         #: Generations whose holder got a second chance to answer (see _Fresh).
         self.pardoned: set[int] = set()
+        self.queue_full = _Patience(settings)
 
     async def settle(
         self, result: _Wait | _Hung | _Fresh | _Transition | _Retry | Mismatch | None
@@ -222,13 +227,16 @@ class _Progress:
                     "Highlander will not signal it; run `highlander status`"
                 )
             return False
-        if result is None and self.socketless.exceeded(timeouts.hello):
-            # The lock is held and nobody listens, under one holder, for too long.
-            self.socketless.reset()
-            await _end_socketless_holder(settings, waiter)
-            return True
-        # A holder between taking the lock and renaming its socket into place
-        # (microseconds), or one that went away under us: back off, try again.
+        if result is None or result is _QUEUE_FULL:
+            # The lock is held and nobody listens (or accepts: the queue stays
+            # full), under one holder, for too long.  Until then: a holder
+            # between taking the lock and renaming its socket into place, or a
+            # storm's queue draining; back off, try again.
+            patience = self.socketless if result is None else self.queue_full
+            if patience.exceeded(timeouts.hello):
+                patience.reset()
+                await _end_unreachable_holder(settings, waiter, queue_full=result is not None)
+                return True
         return False
 
     def _pardon(self, fresh: _Fresh) -> _Hung | _Retry:
@@ -238,10 +246,11 @@ class _Progress:
         return _RETRY
 
 
-async def _end_socketless_holder(settings: Settings, waiter: Waiter) -> None:
-    """The lock is held but nobody answers: end the verified holder, or explain."""
+async def _end_unreachable_holder(settings: Settings, waiter: Waiter, *, queue_full: bool) -> None:
+    """The lock is held but nobody listens (or accepts): end the verified holder, or explain."""
     target = record_target(settings, read_record(settings.paths.state))
-    settings.events.emit(Event.UNREACHABLE, socket=settings.paths.socket)
+    why = "queue full" if queue_full else "no socket"
+    settings.events.emit(Event.UNREACHABLE, socket=settings.paths.socket, reason=why)
     if target is None:
         raise IncumbentUnreachableError(
             f"a process holds the project's lock but nobody answers on {settings.paths.socket} "
@@ -249,15 +258,18 @@ async def _end_socketless_holder(settings: Settings, waiter: Waiter) -> None:
         )
     if target.pid == os.getpid():
         raise _claimed_twice(settings)
-    settings.events.emit(Event.HUNG, peer_pid=target.pid, phase="socket")
-    await terminate(target, settings.timeouts, settings.events, "no socket", waiter)
+    settings.events.emit(Event.HUNG, peer_pid=target.pid, phase="queue" if queue_full else "socket")
+    await terminate(target, settings.timeouts, settings.events, why, waiter)
 
 
 async def _attempt(
     settings: Settings, waiter: Waiter
 ) -> Reign | _Wait | _Hung | _Fresh | _Transition | _Retry | Mismatch | None:
     connected_ms = int(time.time() * 1000)
-    sock = await connect(settings.paths.socket, waiter)
+    try:
+        sock = connect(settings.paths.socket)
+    except QueueFull:
+        return _QUEUE_FULL
     if sock is None:
         return None
     fds: list[int] = []

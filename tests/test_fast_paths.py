@@ -55,8 +55,10 @@ report(
 )
 if os.environ.get("HL_SNIPPET_WAIT_PROBE") and probe is not None:
     probe.join(30)
+    from highlander._log import flush
+
+    flush()  # os._exit skips atexit, which would write the queued log lines
     report(event="probed")
-sys.stderr.flush()
 os._exit(0)
 """
 

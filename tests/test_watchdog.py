@@ -192,3 +192,37 @@ def test_newcomer_waits_out_a_handover_whose_predecessor_hangs(kids: Children) -
     assert report["generation"] == 3
     assert first.finish()[0] == -signal.SIGKILL
     assert second.finish()[0] == 0
+
+
+def test_a_holder_whose_connection_queue_stays_full_is_verified_and_ended(kids: Children) -> None:
+    """A connect to a full backlog fails at once and leaves an unconnected socket
+    (SO_PEERCRED: pid 0, uid -1); newcomers used to call that a foreign holder."""
+    import socket
+
+    holder = kids.start()
+    holder.wait_for("ready")
+    os.kill(holder.pid, signal.SIGSTOP)  # it accepts nothing now
+    (path,) = kids.runtime.glob("*.sock")
+    fillers: list[socket.socket] = []
+    try:
+        for _ in range(1000):  # the backlog is 128: the kernel refuses well before 1000
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.setblocking(False)
+            try:
+                sock.connect(str(path))
+            except BlockingIOError:
+                sock.close()
+                break
+            fillers.append(sock)
+        assert len(fillers) < 1000, "the connection queue never filled"
+        report = kids.start(timeouts=FAST).wait_for("ready")
+    finally:
+        for sock in fillers:
+            sock.close()
+    assert report["outcome"] == "claimed_stale"
+    assert holder.finish()[0] == -signal.SIGKILL
+    assert not kids.events("identity_mismatch")
+    assert [e["reason"] for e in kids.events("unreachable")] == ["queue full"]
+    (hung,) = kids.events("hung")
+    assert (hung["phase"], hung["peer_pid"]) == ("queue", holder.pid)
+    assert [e["reason"] for e in kids.events("killed")] == ["queue full"]
