@@ -13,7 +13,6 @@ The secret comes from ``HIGHLANDER_TOKEN`` and the rollout stage from
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
 from highlander._errors import (
     AuthenticationError,
@@ -50,7 +49,10 @@ _LAZY = {
     "Timeouts": "highlander._deadlines",
 }
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
+    from typing import Any
+
     from highlander._deadlines import Timeouts
     from highlander._events import Outcome
     from highlander._highlander import Highlander

@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
-from typing import Any, NamedTuple
+from typing import Any
 
 from highlander._connection import Closed, Connection
 from highlander._deadlines import Phase
@@ -30,11 +30,12 @@ from highlander._identity import PeerCredentials, peer_credentials, process_iden
 from highlander._messages import Hello
 from highlander._settings import Settings
 from highlander._state import Role
+from highlander._values import Value
 from highlander._waiting import Waiter
 from highlander._wire import Overdue, receive_event, unix_socket
 
 
-class Greeting(NamedTuple):
+class Greeting(Value):
     """A connection whose HELLO was received and verified."""
 
     sock: socket.socket
@@ -44,14 +45,14 @@ class Greeting(NamedTuple):
     waiter: Waiter
 
 
-class Silent(NamedTuple):
+class Silent(Value):
     """Connected, but no HELLO in time (or the stream closed): ``pid`` per the kernel."""
 
     pid: int
     closed: bool
 
 
-class Mismatch(NamedTuple):
+class Mismatch(Value):
     """HELLO contradicts the kernel; ``problem`` says how."""
 
     pid: int

@@ -15,8 +15,6 @@ transition is reproducible in a test.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from highlander._codec import (
     DEFAULT_MAX_FRAME,
     NEED_DATA,
@@ -37,9 +35,10 @@ from highlander._errors import (
 from highlander._messages import NONCE_BYTES, Hello, Message, ProgressReport, Save, Status
 from highlander._signing import NO_NONCE, Direction, sign, verify
 from highlander._state import ENDINGS, Event, Role, State, StateMachine
+from highlander._values import Value
 
 
-class Closed(NamedTuple):
+class Closed(Value):
     """The peer closed the stream.
 
     ``expected`` is true when the conversation had reached an ending (for the

@@ -17,9 +17,9 @@ Pure code: no clock is read here.
 from __future__ import annotations
 
 import enum
-from typing import NamedTuple
 
 from highlander._errors import ConfigurationError
+from highlander._values import Value
 
 _INFINITY = float("inf")
 
@@ -36,7 +36,7 @@ class Phase(enum.Enum):
     ACK = "ack"  # incumbent: ACK_SUCCESSION after SAVED
 
 
-class Timeouts(NamedTuple):
+class Timeouts(Value):
     """Watchdog timeouts in seconds; docs/protocol.md has the table.
 
     ``hello``: the newcomer waits this long for HELLO (and for STATUS_REPLY).
@@ -86,7 +86,7 @@ class Timeouts(NamedTuple):
         }[phase]
 
 
-class Deadline(NamedTuple):
+class Deadline(Value):
     """The peer must make its next move in ``phase`` by time ``at``."""
 
     phase: Phase

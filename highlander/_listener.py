@@ -16,16 +16,16 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from typing import NamedTuple
 
 from highlander._errors import ForeignHolderError
 from highlander._identity import peer_credentials, process_identity
 from highlander._rendezvous import PRIVATE_TAG_CHARS, ProjectPaths
+from highlander._values import Value
 
 BACKLOG = 128
 
 
-class Listener(NamedTuple):
+class Listener(Value):
     """The holder's listening socket and the identity of the file it is bound to."""
 
     sock: socket.socket

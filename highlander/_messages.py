@@ -7,10 +7,10 @@ same failure in a received message into a :class:`RemoteProtocolError`.
 Wire form (see docs/protocol.md): each message is a JSON object whose fields
 are exactly the class's fields, plus the envelope keys added by the codec.
 
-The records are built by :class:`Message` itself rather than ``@dataclass``:
-a newcomer imports this module on its critical path, and ``dataclasses``
-(with the ``inspect`` it loads) plus ten generated classes cost it about
-9 ms.  :func:`typing.dataclass_transform` tells type checkers the rest.
+Messages are :class:`~highlander._values.Value` records rather than
+dataclasses: a newcomer imports this module on its critical path, and
+``dataclasses`` (with the ``inspect`` it loads) plus ten generated classes
+cost it about 9 ms.
 Enums travel as their string values; optional fields travel as ``null``.
 Pure code: no I/O, no clock.
 """
@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import Any, ClassVar, dataclass_transform
+from typing import Any, ClassVar
 
 from highlander._canonical import JSONRejected, canonical_json
 from highlander._errors import LocalProtocolError, Reason
+from highlander._values import Value
 
 PROTOCOL_VERSION = 1
 NONCE_BYTES = 16
@@ -84,70 +85,16 @@ def _enum(message: Message, name: str, kind: type[enum.Enum]) -> None:
         raise _fail(type(message), name, f"must be one of {valid}, got {value!r}")
 
 
-@dataclass_transform(frozen_default=True)
-class Message:
+class Message(Value):
     """Base of all protocol messages.
 
     ``TYPE`` is the wire name; :data:`MESSAGE_TYPES` maps it back to the
     class.  A subclass declares its fields as annotations (a value is the
-    default) and checks them in ``_validate``; instances are immutable and
-    compare equal by type and fields.
+    default) and checks them in ``_validate`` (see :mod:`highlander._values`).
     """
 
     TYPE: ClassVar[str]
     ENUMS: ClassVar[dict[str, type[enum.Enum]]] = {}
-    #: The wire fields, in declaration order.
-    FIELDS: ClassVar[tuple[str, ...]] = ()
-    _DEFAULTS: ClassVar[dict[str, Any]] = {}
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        # Not inspect.get_annotations: importing inspect is the cost avoided here.
-        declared = cls.__dict__.get("__annotations__", {})  # noqa: RUF063
-        own = cls.__dict__
-        cls.FIELDS = tuple(n for n, kind in declared.items() if not kind.startswith("ClassVar"))
-        cls._DEFAULTS = {n: own[n] for n in cls.FIELDS if n in own}
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        name, fields = type(self).__name__, self.FIELDS
-        if len(args) > len(fields):
-            raise TypeError(f"{name} takes {len(fields)} fields, {len(args)} were given")
-        values = dict(zip(fields, args, strict=False))
-        for key, value in kwargs.items():
-            if key not in fields or key in values:
-                problem = "twice" if key in values else "that it does not have"
-                raise TypeError(f"{name} got field {key!r} {problem}")
-            values[key] = value
-        for field in fields:
-            if field not in values and field not in self._DEFAULTS:
-                raise TypeError(f"{name} is missing field {field!r}")
-            object.__setattr__(self, field, values.get(field, self._DEFAULTS.get(field)))
-        self._validate()
-
-    def _validate(self) -> None:
-        """Raise :class:`LocalProtocolError` naming the first invalid field."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"{type(self).__name__} is immutable: cannot set {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"{type(self).__name__} is immutable: cannot delete {name!r}")
-
-    def _values(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, field) for field in self.FIELDS)
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        assert isinstance(other, Message)
-        return self._values() == other._values()
-
-    def __hash__(self) -> int:
-        return hash((self.TYPE, self._values()))
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{field}={getattr(self, field)!r}" for field in self.FIELDS)
-        return f"{type(self).__name__}({shown})"
 
     def to_fields(self) -> dict[str, Any]:
         """Return the message's fields as JSON-ready values (enums as strings)."""

@@ -16,9 +16,9 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
 
 from highlander._errors import ConfigurationError
+from highlander._values import Value
 
 MODE_VAR = "HIGHLANDER_MODE"
 #: Succession times this far ahead of our clock still count (clocks of one host agree).
@@ -59,7 +59,7 @@ def _parse(value: Mode | str, source: str) -> Mode:
         ) from None
 
 
-class ThrashPolicy(NamedTuple):
+class ThrashPolicy(Value):
     """At most ``limit`` successions per ``window`` seconds; more would be a kill loop.
 
     Two clients that each restart their server can make "newest wins" depose

@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import NamedTuple
 
 from highlander._claim import ProjectLock, Reign, claim_free, publish_record
 from highlander._client import Greeting, Mismatch, QueueFull, Silent, connect, greet
@@ -49,6 +48,7 @@ from highlander._observe import record_target
 from highlander._record import HolderRecord, read_record
 from highlander._settings import Settings
 from highlander._termination import terminate, wait_for_exit
+from highlander._values import Value
 from highlander._waiting import Waiter
 from highlander._wire import Overdue, close_fds, receive_event, send_frame
 
@@ -65,26 +65,26 @@ _REFUSALS: dict[Reason, Callable[[str], SuccessionRefused]] = {
 }
 
 
-class Duplicate(NamedTuple):
+class Duplicate(Value):
     """OBSERVE/WARN: a live holder exists and we run beside it."""
 
     record: HolderRecord | None
 
 
-class _Wait(NamedTuple):
+class _Wait(Value):
     """BUSY: wait for ``pid`` to exit, then try again."""
 
     pid: int
 
 
-class _Hung(NamedTuple):
+class _Hung(Value):
     """The holder ``expected`` missed its ``phase`` deadline."""
 
     expected: Expected
     phase: str
 
 
-class _Transition(NamedTuple):
+class _Transition(Value):
     """A silent listener ``pid`` that the record (naming ``recorded``) does not name.
 
     A successor holds the inherited listener while its predecessor is still
@@ -95,7 +95,7 @@ class _Transition(NamedTuple):
     recorded: int
 
 
-class _Fresh(NamedTuple):
+class _Fresh(Value):
     """A silent holder that claimed after we connected: it may not be serving yet.
 
     A successor starts answering only once its claim is complete, so a

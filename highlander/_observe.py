@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from highlander._identity import Expected, mismatch
 from highlander._record import HolderRecord, read_record
 from highlander._settings import Settings
 from highlander._threads import start_daemon
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def record_target(settings: Settings, record: HolderRecord | None) -> Expected | None:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import NamedTuple
+
+from highlander._values import Value
 
 
-class ProgressState(NamedTuple):
+class ProgressState(Value):
     """One snapshot of a save's progress."""
 
     counter: int

@@ -13,10 +13,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from typing import Any, NamedTuple
+
+from highlander._values import Value
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
+if TYPE_CHECKING:
+    from typing import Any
 
 
-class HolderRecord(NamedTuple):
+class HolderRecord(Value):
     """The identity and reign of the current (or last) holder (``_asdict()`` for a dict)."""
 
     pid: int

@@ -22,9 +22,9 @@ import re
 import stat
 import sys
 from collections.abc import Mapping
-from typing import NamedTuple
 
 from highlander._errors import ConfigurationError, SocketPathTooLongError, UnsafeRuntimeDirError
+from highlander._values import Value
 
 # The interpreter's built-in SHA-256: hashlib would first load OpenSSL, which
 # costs the claim path about 2 ms (the digest is the same).  No stubs exist
@@ -181,7 +181,7 @@ def _make_private_dirs(path: str) -> None:
         os.chmod(directory, 0o700)  # mkdir's mode is filtered by the umask
 
 
-class ProjectPaths(NamedTuple):
+class ProjectPaths(Value):
     """The files one (app, project) pair uses inside the runtime directory."""
 
     runtime_dir: str

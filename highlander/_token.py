@@ -13,10 +13,10 @@ import contextlib
 import os
 import stat
 from collections.abc import Mapping
-from typing import NamedTuple
 
 from highlander._errors import UnsafeSecretError
 from highlander._log import warn_once
+from highlander._values import Value
 
 TOKEN_VAR = "HIGHLANDER_TOKEN"  # noqa: S105 - a variable name, not a secret
 SECRET_FILE = "secret"  # noqa: S105 - a file name, not a secret
@@ -25,7 +25,7 @@ MIN_TOKEN_CHARS = 16
 _OPEN_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
-class Token(NamedTuple):
+class Token(Value):
     """The secret bytes and where they came from (for ``doctor`` and logs)."""
 
     secret: bytes

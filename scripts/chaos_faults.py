@@ -74,7 +74,7 @@ def corrupt_state(paths: Any, variant: str, pid: int = 0) -> str:
         data = whole[: len(whole) // 2]
     elif variant == "wrong_types":
         # Every field of a record present, every value of the wrong type (a list).
-        names = record or dict.fromkeys(HolderRecord._fields, 0)
+        names = record or dict.fromkeys(HolderRecord.FIELDS, 0)
         data = json.dumps({key: [str(value)] for key, value in names.items()}).encode()
     elif variant == "bad_pid":
         data = json.dumps({**(record or _template(pid)), "pid": pid}).encode()

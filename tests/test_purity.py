@@ -21,6 +21,7 @@ CORE = frozenset(
         "_state",
         "_connection",
         "_pair",
+        "_values",
     }
 )
 FORBIDDEN = frozenset(
