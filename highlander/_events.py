@@ -154,15 +154,42 @@ def read_events(path: str, limit: int | None = None) -> list[dict[str, Any]]:
 
     Lines that are not JSON objects (a torn write after a crash) are skipped.
     """
-    events: list[dict[str, Any]] = []
-    for name in (path + ".1", path):
-        try:
-            with open(name, encoding="utf-8", errors="replace") as handle:
-                for line in handle:
-                    with contextlib.suppress(ValueError):
-                        record = json.loads(line)
-                        if isinstance(record, dict):
-                            events.append(record)
-        except FileNotFoundError:
-            continue
+    events = snapshot_events(path)[0]
     return events[-limit:] if limit else events
+
+
+def snapshot_events(path: str) -> tuple[list[dict[str, Any]], int]:
+    """Every event so far (the rotated ``.1`` first), and the offset in ``path`` they end at.
+
+    Reading from that offset with :func:`read_new_events` continues exactly
+    where the snapshot stopped: nothing is shown twice or lost in between.
+    """
+    older, _ = read_new_events(path + ".1", 0)
+    current, offset = read_new_events(path, 0)
+    return older + current, offset
+
+
+def read_new_events(path: str, offset: int) -> tuple[list[dict[str, Any]], int]:
+    """The events appended to ``path`` since byte ``offset``, and the offset to read from next.
+
+    Only complete lines count: a line still being written is left for the
+    next call.  A file shorter than ``offset`` was rotated, so it is read
+    from its start.  Lines that are not JSON objects (a torn write after a
+    crash) are skipped, as in :func:`read_events`.
+    """
+    try:
+        with open(path, "rb") as handle:
+            if os.fstat(handle.fileno()).st_size < offset:
+                offset = 0
+            handle.seek(offset)
+            data = handle.read()
+    except FileNotFoundError:
+        return [], 0
+    complete = data[: data.rfind(b"\n") + 1]
+    events: list[dict[str, Any]] = []
+    for line in complete.splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict):
+                events.append(record)
+    return events, offset + len(complete)

@@ -210,30 +210,21 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def _events(args: argparse.Namespace) -> int:
-    from highlander._events import read_events  # noqa: PLC0415
+    from highlander._events import read_new_events, snapshot_events  # noqa: PLC0415
 
     settings = _settings(args)
     path = settings.paths.events
-    shown = read_events(path, args.n)
-    for event in shown:
+    history, offset = snapshot_events(path)
+    for event in history[-args.n :] if args.n else history:
         sys.stdout.write((json.dumps(event) if args.json else _event_line(event)) + "\n")
     sys.stdout.flush()
-    if not args.follow:
-        return 0
-    offset = os.path.getsize(path) if os.path.exists(path) else 0
-    while True:  # until interrupted, like tail -f
+    while args.follow:  # until interrupted, like tail -f
         time.sleep(0.25)
-        size = os.path.getsize(path) if os.path.exists(path) else 0
-        if size < offset:
-            offset = 0  # rotated
-        if size > offset:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                handle.seek(offset)
-                for line in handle:
-                    event = json.loads(line)
-                    sys.stdout.write((line.strip() if args.json else _event_line(event)) + "\n")
-                offset = handle.tell()
-            sys.stdout.flush()
+        new, offset = read_new_events(path, offset)
+        for event in new:
+            sys.stdout.write((json.dumps(event) if args.json else _event_line(event)) + "\n")
+        sys.stdout.flush()
+    return 0
 
 
 def _doctor(args: argparse.Namespace) -> int:

@@ -8,7 +8,9 @@ import select
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from proctools import WAIT, Children
 
@@ -233,3 +235,77 @@ def test_run_hands_over_between_wrapped_commands(kids: Children) -> None:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.communicate(timeout=WAIT)
+
+
+class _JsonLines:
+    """JSON lines from a child's stdout, read as they come (each wait is a hang guard)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buffer = b""
+        self.seen: list[dict[str, Any]] = []
+
+    def until(self, done: Callable[[list[dict[str, Any]]], bool]) -> None:
+        while not done(self.seen):
+            readable, _, _ = select.select([self.fd], [], [], WAIT)
+            assert readable, f"nothing new within {WAIT} s; saw {self.seen}"
+            chunk = os.read(self.fd, 65536)
+            assert chunk, f"the follower ended; saw {self.seen}"
+            *lines, self.buffer = (self.buffer + chunk).split(b"\n")
+            self.seen += [json.loads(line) for line in lines]
+
+
+def _claims(events: list[dict[str, Any]]) -> list[int]:
+    return [e["pid"] for e in events if e["event"] == "claimed"]
+
+
+def test_events_follow_prints_what_happens_next_once(kids: Children) -> None:
+    first = kids.start()
+    first.wait_for("ready")
+    argv = [
+        sys.executable,
+        "-m",
+        "highlander.cli",
+        "events",
+        "--follow",
+        "--json",
+        "--app",
+        "child",
+    ]
+    follower = kids.spawn(argv, kids.env())
+    assert follower.proc.stdout is not None
+    lines = _JsonLines(follower.proc.stdout.fileno())
+    lines.until(lambda seen: _claims(seen) == [first.pid])  # the history
+    second = kids.start()
+    second.wait_for("ready")
+    lines.until(lambda seen: len(_claims(seen)) >= 2)  # what happened next
+    assert _claims(lines.seen) == [first.pid, second.pid]
+    keys = [(e["ts"], e["pid"], e["event"]) for e in lines.seen]
+    assert len(keys) == len(set(keys)), "an event was printed twice"
+    assert {"hello", "save_requested", "saved", "acked", "relinquished"} <= {
+        e["event"] for e in lines.seen
+    }
+
+
+def test_reading_new_events_takes_whole_lines_only(tmp_path: Path) -> None:
+    from highlander._events import read_new_events, snapshot_events
+
+    path = str(tmp_path / "x.events.jsonl")
+    assert read_new_events(path, 0) == ([], 0)  # no file yet
+    with open(path, "wb") as handle:
+        handle.write(b'{"event": "a"}\n[1, 2]\n\x00torn\n{"event": "b"}\n{"event": "c"')
+    events, offset = read_new_events(path, 0)
+    assert [e["event"] for e in events] == ["a", "b"]  # not a list, not garbage, not half a line
+    assert offset == len(b'{"event": "a"}\n[1, 2]\n\x00torn\n{"event": "b"}\n')
+    with open(path, "ab") as handle:
+        handle.write(b', "more": 1}\n')
+    events, offset2 = read_new_events(path, offset)
+    assert events == [{"event": "c", "more": 1}]  # the rest of the line, once whole
+    assert read_new_events(path, offset2) == ([], offset2)
+    os.replace(path, path + ".1")  # rotated: the new file is shorter than the offset
+    with open(path, "wb") as handle:
+        handle.write(b'{"event": "d"}\n')
+    assert [e["event"] for e in read_new_events(path, offset2)[0]] == ["d"]
+    history, end = snapshot_events(path)
+    assert [e["event"] for e in history] == ["a", "b", "c", "d"]
+    assert end == len(b'{"event": "d"}\n')
