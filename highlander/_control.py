@@ -146,6 +146,10 @@ async def request_stop(
         raise IncumbentUnreachableError(
             f"the holder missed its {exc.deadline.phase.value} deadline"
         ) from None
+    except OSError as exc:  # it went away mid-conversation, or stopped reading
+        raise IncumbentUnreachableError(
+            f"the conversation with the holder broke off ({exc}); see `highlander status`"
+        ) from None
     finally:
         sock.close()
 

@@ -282,8 +282,10 @@ async def _attempt(
         if greeting.hello.pid == os.getpid():
             raise _claimed_twice(settings)
         return await _succeed(settings, greeting, fds)
-    except (BrokenPipeError, ConnectionResetError):
-        return _RETRY  # the holder went away mid-conversation (e.g. it was just deposed)
+    except (BrokenPipeError, ConnectionResetError, TimeoutError):
+        # The holder went away mid-conversation (e.g. it was just deposed), or
+        # stopped reading: the next attempt finds out which, under deadlines.
+        return _RETRY
     finally:
         close_fds(fds)
         sock.close()

@@ -22,6 +22,10 @@ from highlander._messages import Message
 from highlander._waiting import Waiter
 
 READ_SIZE = 65536
+#: How long a peer may read nothing of a frame we are sending before we give
+#: up on it.  A frame fits a Unix socket's buffer many times over, so only a
+#: peer that stopped reading, with the buffer already full, ever waits at all.
+SEND_STALL = 5.0
 MAX_FDS = 4
 _ANC_SIZE = socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
 _RECV_FLAGS = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
@@ -38,11 +42,16 @@ class Overdue(Exception):  # noqa: N818 - a condition, caught by the shell, neve
 async def send_frame(
     sock: socket.socket, data: bytes, waiter: Waiter, fds: Sequence[int] = ()
 ) -> None:
-    """Write ``data``; ``fds`` travel as ``SCM_RIGHTS`` with its first byte."""
+    """Write ``data``; ``fds`` travel as ``SCM_RIGHTS`` with its first byte.
+
+    Raises :class:`TimeoutError` (an ``OSError``, like the socket's own
+    failures) if the peer reads nothing of it for :data:`SEND_STALL` seconds.
+    """
     view = memoryview(data)
     pending = list(fds)
     while view:
-        await waiter.writable(sock)
+        if not await waiter.writable(sock, SEND_STALL):
+            raise TimeoutError(f"the peer left {len(view)} bytes unread for {SEND_STALL:g} s")
         try:
             if pending:
                 ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", pending))]

@@ -78,3 +78,27 @@ def test_both_waiters_agree_on_a_socket(waiter: Waiter) -> None:
 
     result = anyio.run(scenario) if waiter is ANYIO else run_blocking(scenario())
     assert result == (False, True)
+
+
+@pytest.mark.parametrize("waiter", [ANYIO, BLOCKING], ids=["anyio", "blocking"])
+def test_a_frame_the_peer_never_reads_gives_up_after_the_stall_bound(
+    waiter: Waiter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from highlander import _wire
+
+    monkeypatch.setattr(_wire, "SEND_STALL", 0.05)  # a bound, not a timing assertion
+
+    async def scenario() -> None:
+        left, right = socket.socketpair()
+        with left, right:
+            left.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                while True:  # fill the peer's buffer: it never reads
+                    left.send(b"x" * 65536)
+            with pytest.raises(TimeoutError, match=r"bytes unread for 0\.05 s"):
+                await _wire.send_frame(left, b"y" * 1000, waiter)
+
+    if waiter is ANYIO:
+        anyio.run(scenario)
+    else:
+        run_blocking(scenario())
