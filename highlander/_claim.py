@@ -29,7 +29,7 @@ import os
 import stat
 import time
 
-from highlander._errors import ForeignHolderError
+from highlander._errors import ForeignHolderError, RemoteProtocolError
 from highlander._events import Event, Outcome
 from highlander._identity import boot_id, cmdline, own_identity
 from highlander._record import GENERATION_MAX, HolderRecord, read_record, write_record
@@ -195,3 +195,49 @@ def new_record(
         cmdline=cmdline(me.pid),
         successions_ms=settings.thrash.recent(history, now_ms),
     )
+
+
+def adopt_handover(settings: Settings, fds: list[int]) -> tuple[ProjectLock, Listener]:
+    """Adopt the lock and the listener a predecessor passed with SAVED (in that order)."""
+    from highlander._listener import Listener  # noqa: PLC0415 - only a successor adopts
+
+    if len(fds) != 2:
+        raise RemoteProtocolError(
+            f"SAVED arrived with {len(fds)} descriptors instead of the lock and the listener"
+        )
+    lock = ProjectLock.adopt(fds[0], settings.paths.lock)
+    listener = Listener.adopt(fds[1], settings.paths)
+    if lock is None or listener is None:
+        if lock is not None:
+            lock.release()
+        if listener is not None:
+            listener.close(unlink=False)
+        raise RemoteProtocolError("SAVED carried descriptors that are not this project's")
+    return lock, listener
+
+
+def take_over(
+    settings: Settings,
+    lock: ProjectLock,
+    listener: Listener,
+    *,
+    generation: int,
+    handoff: dict[str, Any] | None,
+    predecessor: int,
+    started: float,
+) -> Reign:
+    """Begin the reign after ``predecessor`` (of ``generation``) has left; log the claim."""
+    if listener.file_id is None:
+        # The socket file was deleted during the handover: publish a fresh one
+        # (we hold the lock) rather than reign unreachable.
+        listener.close(unlink=False)
+        listener, _ = type(listener).bind(settings.paths)
+    record = publish_record(settings, lock, successor_of=generation)
+    settings.events.emit(
+        Event.CLAIMED,
+        outcome=Outcome.SUCCEEDED,
+        generation=record.generation,
+        peer_pid=predecessor,
+        duration_ms=int((time.monotonic() - started) * 1000),
+    )
+    return Reign(lock, listener, record, handoff, Outcome.SUCCEEDED)

@@ -22,7 +22,7 @@ import os
 import time
 from collections.abc import Callable
 
-from highlander._claim import ProjectLock, Reign, claim_free, publish_record
+from highlander._claim import Reign, adopt_handover, claim_free, take_over
 from highlander._client import Greeting, Mismatch, QueueFull, Silent, connect, greet
 from highlander._connection import Closed
 from highlander._deadlines import Phase
@@ -33,15 +33,13 @@ from highlander._errors import (
     IncumbentUnreachableError,
     ModeRefusedError,
     Reason,
-    RemoteProtocolError,
     SaveFailedError,
     SuccessionRefused,
     ThrashError,
     VersionMismatchError,
 )
-from highlander._events import Event, Outcome
+from highlander._events import Event
 from highlander._identity import Expected, own_identity
-from highlander._listener import Listener
 from highlander._messages import AckSuccession, Busy, Intent, ProgressReport, Refused, Save, Saved
 from highlander._modes import Mode
 from highlander._observe import record_target
@@ -359,7 +357,7 @@ async def _succeed(
             f"the incumbent (pid {peer.pid}) refused: {event.detail}"
         )
     assert isinstance(event, Saved)
-    lock, listener = _adopt(settings, fds)
+    lock, listener = adopt_handover(settings, fds)
     fds.clear()
     try:
         await send_frame(sock, conn.send(AckSuccession(), waiter.now()), waiter)
@@ -375,44 +373,12 @@ async def _succeed(
         listener.close(unlink=False)
         lock.release()
         raise
-    return _take_over(settings, lock, listener, event, peer.pid, started)
-
-
-def _adopt(settings: Settings, fds: list[int]) -> tuple[ProjectLock, Listener]:
-    if len(fds) != 2:
-        raise RemoteProtocolError(
-            f"SAVED arrived with {len(fds)} descriptors instead of the lock and the listener"
-        )
-    lock = ProjectLock.adopt(fds[0], settings.paths.lock)
-    listener = Listener.adopt(fds[1], settings.paths)
-    if lock is None or listener is None:
-        if lock is not None:
-            lock.release()
-        if listener is not None:
-            listener.close(unlink=False)
-        raise RemoteProtocolError("SAVED carried descriptors that are not this project's")
-    return lock, listener
-
-
-def _take_over(
-    settings: Settings,
-    lock: ProjectLock,
-    listener: Listener,
-    saved: Saved,
-    predecessor: int,
-    started: float,
-) -> Reign:
-    if listener.file_id is None:
-        # The socket file was deleted during the handover: publish a fresh one
-        # (we hold the lock) rather than reign unreachable.
-        listener.close(unlink=False)
-        listener, _ = Listener.bind(settings.paths)
-    record = publish_record(settings, lock, successor_of=saved.generation)
-    settings.events.emit(
-        Event.CLAIMED,
-        outcome=Outcome.SUCCEEDED,
-        generation=record.generation,
-        peer_pid=predecessor,
-        duration_ms=int((time.monotonic() - started) * 1000),
+    return take_over(
+        settings,
+        lock,
+        listener,
+        generation=event.generation,
+        handoff=event.handoff,
+        predecessor=peer.pid,
+        started=started,
     )
-    return Reign(lock, listener, record, saved.handoff, Outcome.SUCCEEDED)
