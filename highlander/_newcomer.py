@@ -43,7 +43,7 @@ from highlander._identity import Expected, own_identity
 from highlander._messages import AckSuccession, Busy, Intent, ProgressReport, Refused, Save, Saved
 from highlander._modes import Mode
 from highlander._observe import record_target
-from highlander._record import HolderRecord, read_record
+from highlander._record import read_record
 from highlander._settings import Settings
 from highlander._termination import terminate, wait_for_exit
 from highlander._values import Value
@@ -64,9 +64,7 @@ _REFUSALS: dict[Reason, Callable[[str], SuccessionRefused]] = {
 
 
 class Duplicate(Value):
-    """OBSERVE/WARN: a live holder exists and we run beside it."""
-
-    record: HolderRecord | None
+    """OBSERVE/WARN: a live holder exists and we run beside it (who it is, the caller checks)."""
 
 
 class _Wait(Value):
@@ -166,7 +164,7 @@ async def acquire(settings: Settings, waiter: Waiter) -> Reign | Duplicate:
         if reign is not None:
             return reign
         if settings.mode is not Mode.AUTO:
-            return Duplicate(read_record(settings.paths.state))
+            return Duplicate()
         result = await _attempt(settings, waiter)
         if isinstance(result, Reign):
             return result
