@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test demo lint typecheck pytest bench chaos install clean
+.PHONY: test demo lint typecheck pytest bench chaos chaos-many install clean
 
 # Recreate the environment when the project's dependencies change.
 $(STAMP): pyproject.toml
@@ -37,6 +37,11 @@ bench: $(STAMP)
 
 chaos: $(STAMP)
 	$(PY) scripts/chaos.py --events 500 --seed 1
+
+# Seeds 1-10 in turn, then a summary table (SEEDS=11-20 for others).
+SEEDS ?= 1-10
+chaos-many: $(STAMP)
+	$(PY) scripts/chaos.py --events 500 --seeds $(SEEDS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -20,6 +20,11 @@ is 1 when a must-be-zero number is not zero.
     .venv/bin/python scripts/chaos.py --events 500 --seed 1
     .venv/bin/python scripts/chaos.py --events 100 --seed 2 --keep /tmp/evidence
     .venv/bin/python scripts/chaos.py --state-damage garbage,truncated,empty
+    .venv/bin/python scripts/chaos.py --events 500 --seeds 1-10   # = make chaos-many
+
+``--seeds A-B`` runs each seed in turn (each its own project and runtime
+directory), prints every report, then one summary table; the exit status is
+1 if any seed failed.
 
 ``--keep DIR`` copies the evidence (merged event log, witness log, every
 process with its stderr, the steps as run) before the run directory goes.
@@ -46,7 +51,7 @@ import chaos_faults as faults
 from chaos_check import judge
 from chaos_log import EventTail, read_witness
 from chaos_procs import Lab, Proc
-from chaos_report import CONVERGENCE_BOUND, Report
+from chaos_report import CONVERGENCE_BOUND, SUMMARY_HEADER, Report
 from chaos_schedule import STARTS, STATE_DAMAGE, Step, child_config, make_schedule
 
 from highlander._control import query_status
@@ -257,10 +262,25 @@ def run(
         shutil.rmtree(root, ignore_errors=True)
 
 
+def seed_range(text: str) -> list[int]:
+    """``"3"`` -> [3]; ``"1-10"`` -> [1, ..., 10] (for ``--seeds``)."""
+    first, _, last = text.partition("-")
+    try:
+        low, high = int(first), int(last or first)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a seed or a range such as 1-10") from None
+    if high < low:
+        raise argparse.ArgumentTypeError(f"{text!r}: the range runs backwards")
+    return list(range(low, high + 1))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--events", type=int, default=500, help="scheduled events (default 500)")
     parser.add_argument("--seed", type=int, default=1, help="schedule seed (default 1)")
+    parser.add_argument(
+        "--seeds", type=seed_range, help="run these seeds in turn (A-B) and summarise them"
+    )
     parser.add_argument("--keep", type=Path, help="copy the evidence (logs, processes) here")
     parser.add_argument(
         "--state-damage",
@@ -271,9 +291,19 @@ def main(argv: list[str] | None = None) -> int:
     damage = tuple(d for d in args.state_damage.split(",") if d)
     if not damage or set(damage) - set(STATE_DAMAGE):
         parser.error(f"--state-damage: choose from {', '.join(STATE_DAMAGE)}")
-    report = run(args.events, args.seed, keep=args.keep, state_damage=damage)
-    print(report.render(), flush=True)
-    return 0 if report.ok else 1
+    if args.seeds is not None and args.keep is not None:
+        parser.error("--keep takes one run: use --seed with it")
+    reports = []
+    for seed in args.seeds or [args.seed]:
+        report = run(args.events, seed, keep=args.keep, state_damage=damage)
+        print(report.render(), flush=True)
+        reports.append(report)
+    if args.seeds is not None:
+        failed = sum(not r.ok for r in reports)
+        print(f"\nchaos: {len(reports)} seeds of {args.events} events, {failed} failed")
+        print(SUMMARY_HEADER)
+        print("\n".join(r.row() for r in reports), flush=True)
+    return 0 if all(r.ok for r in reports) else 1
 
 
 if __name__ == "__main__":

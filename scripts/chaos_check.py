@@ -235,10 +235,10 @@ def _fatal_signals(
         at = to_monotonic(e["ts"], clock)
         if e.get("signal") != "SIGKILL" and proc.stopped_at(at):
             # Pending while stopped: fatal from the harness's next SIGCONT, if any.
-            resumed = [ns for name, ns in proc.signals if name == "SIGCONT" and ns > at]
-            if not resumed:
+            resumed = proc.resumed_after(at)
+            if resumed is None:
                 continue
-            at = resumed[0]
+            at = resumed
         reign.fatal_ns = at if reign.fatal_ns is None else min(reign.fatal_ns, at)
 
 
@@ -361,7 +361,9 @@ def _killed_by(proc: Proc | None, found: Findings) -> str | None:
     """``harness`` or ``highlander`` if ``proc`` died of a signal from one of them."""
     if proc is None or (proc.returncode or 0) >= 0:
         return None
-    if proc.killed_ns is not None and proc.killed_ns <= (proc.exit_ns or INF):
+    # The kill may have caused the death if its sending began before the reaper
+    # saw the end (the reaper can see it before pidfd_send_signal returns).
+    if proc.kill_began_ns is not None and proc.kill_began_ns <= (proc.exit_ns or INF):
         return "harness"
     return "highlander" if id(proc) in found.signalled else None
 

@@ -6,6 +6,21 @@ report pipe.  Every process the harness starts gets a pidfd at once (it is
 our unreaped child, so the pid cannot have been reused yet) and a reaper
 thread that records the moment the process ended; every signal the harness
 sends goes through that pidfd, so it can never reach a reused pid.
+
+**Descriptors stay bounded by the live processes.**  A run starts thousands
+of processes; each pipe is closed at its end of stream and each pidfd once
+its process has been reaped and its pipes drained (on the main thread, the
+only one that uses them, so a number is never closed while in use or twice).
+Waiting is done with :mod:`selectors` (epoll), which has no ceiling on
+descriptor numbers, unlike ``select()``.
+
+**Timestamps bracket the act they describe.**  A signal is stamped before
+``pidfd_send_signal`` (``Sent.before``: the process may have died of it from
+then on) and after it returns (``Sent.after``: it cannot have run user code
+since).  The reaper stamps an exit after ``wait()`` returns, so an exit time
+is an upper bound, and "the harness's SIGKILL caused this death" compares
+the harness's *before* stamp with it: a reaper that sees the death first can
+no longer make a harness kill look like an unexplained one.
 """
 
 from __future__ import annotations
@@ -13,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import select
+import selectors
 import signal
 import subprocess
 import sys
@@ -58,9 +73,12 @@ class Proc:
     exit_ns: int | None = None
     exit_wall: float | None = None
     returncode: int | None = None
-    #: When the harness sent SIGKILL (the process never ran user code after it).
+    #: When the harness's SIGKILL had been sent (the process never ran user code after it).
     killed_ns: int | None = None
-    signals: list[tuple[str, int]] = field(default_factory=list)
+    #: When the harness began sending SIGKILL (a death after this may be that kill's).
+    kill_began_ns: int | None = None
+    #: (signal name, monotonic ns before sending, monotonic ns after) for every signal sent.
+    signals: list[tuple[str, int, int]] = field(default_factory=list)
     stopped: bool = False
     ready: dict[str, Any] | None = None
     ready_ns: int | None = None
@@ -85,14 +103,25 @@ class Proc:
         return held and not self.deposed and self.alive
 
     def stopped_at(self, ns: float) -> bool:
-        """Whether the harness had this process stopped (SIGSTOP not yet undone) at ``ns``."""
+        """Whether the harness may have had this process stopped at ``ns``.
+
+        A SIGSTOP counts from the moment its sending began, a SIGCONT only
+        once its sending returned: in doubt, stopped (which makes a pending
+        signal fatal later, so a reign is judged to last longer, never shorter).
+        """
         state = False
-        for name, at in self.signals:
-            if at > ns:
+        for name, before, after in self.signals:
+            if before > ns:
                 break
-            if name in ("SIGSTOP", "SIGCONT"):
-                state = name == "SIGSTOP"
+            if name == "SIGSTOP":
+                state = True
+            elif name == "SIGCONT" and after <= ns:
+                state = False
         return state
+
+    def resumed_after(self, ns: float) -> int | None:
+        """When the first SIGCONT sent after ``ns`` had surely arrived (its *after* stamp)."""
+        return next((a for name, b, a in self.signals if name == "SIGCONT" and b > ns), None)
 
     def exception(self) -> str:
         """The exception a traceback on stderr ended with, and where it was raised."""
@@ -124,6 +153,7 @@ class Proc:
             "exit_ns": self.exit_ns,
             "returncode": self.returncode,
             "killed_ns": self.killed_ns,
+            "kill_began_ns": self.kill_began_ns,
             "signals": self.signals,
             "ready": self.ready,
             "ready_ns": self.ready_ns,
@@ -141,6 +171,10 @@ class Lab:
         self.legacy = root / "legacy.pid"
         self.procs: list[Proc] = []
         self._fd_owner: dict[int, tuple[Proc, str]] = {}
+        self._selector = selectors.DefaultSelector()
+        #: Reaped processes whose pidfd is still open (closed once their pipes are drained).
+        self._reaped: list[Proc] = []
+        self._reaped_lock = threading.Lock()
         self._ended = False
         #: (wall clock, monotonic ns) pairs, to place event-log timestamps on the witness clock.
         self.clock: list[tuple[float, int]] = [(time.time(), time.monotonic_ns())]
@@ -181,7 +215,7 @@ class Lab:
             spawn_wall=born[1],
             **extra,
         )
-        proc.reaper = threading.Thread(target=_reap, args=(proc,), daemon=True)
+        proc.reaper = threading.Thread(target=self._reap, args=(proc,), daemon=True)
         proc.reaper.start()
         self.procs.append(proc)
         return proc
@@ -190,13 +224,30 @@ class Lab:
         """Start tests/programs/child.py with ``cfg`` (the tests' own spawn helper)."""
         born = _now()  # before the process exists: its first line can only come later
         child = self.kids.start(**cfg)
-        proc = self._register("child", child.proc, step, born, cfg=cfg, child=child)
-        self._fd_owner[child.reports] = (proc, "reports")
-        proc.open_fds.add(child.reports)
-        for name in ("stdout", "stderr"):
-            stream = getattr(child.proc, name)
-            self._fd_owner[stream.fileno()] = (proc, name)
-            proc.open_fds.add(stream.fileno())
+        return self._heard("child", child, step, born, cfg=cfg)
+
+    def start_piped(self, step: int, argv: list[str], role: str = "piped") -> Proc:
+        """Start ``argv`` with the same pipes as a child (report pipe, stdout, stderr).
+
+        For the harness's own tests: cheap processes (``true``) that exercise
+        the process table exactly as Highlander children do.
+        """
+        born = _now()
+        return self._heard(role, self.kids.spawn(argv, self.kids.env()), step, born)
+
+    def _heard(
+        self, role: str, child: Child, step: int, born: tuple[int, float], **extra: Any
+    ) -> Proc:
+        # The Children helper must not close these descriptors at its cleanup:
+        # this Lab closes them (a number closed twice may by then be someone else's).
+        self.kids.started.remove(child)
+        proc = self._register(role, child.proc, step, born, child=child, **extra)
+        streams = [(child.reports, "reports")]
+        streams += [(getattr(child.proc, name).fileno(), name) for name in ("stdout", "stderr")]
+        for fd, what in streams:
+            self._fd_owner[fd] = (proc, what)
+            self._selector.register(fd, selectors.EVENT_READ)
+            proc.open_fds.add(fd)
         return proc
 
     def start_bystander(self, step: int) -> Proc:
@@ -222,17 +273,25 @@ class Lab:
     # -- signals ------------------------------------------------------------------
 
     def send(self, proc: Proc, signum: signal.Signals) -> bool:
-        """Signal ``proc`` through its pidfd; ``False`` if it has already ended."""
+        """Signal ``proc`` through its pidfd; ``False`` if it has already ended.
+
+        A process that has exited but is not reaped yet still takes signals;
+        ``waitid(WNOWAIT)`` asks the kernel first, so a death by someone
+        else's signal is never booked as the harness's.
+        """
         if not proc.alive:
             return False
+        before = time.monotonic_ns()
         try:
+            if os.waitid(os.P_PIDFD, proc.pidfd, os.WEXITED | os.WNOHANG | os.WNOWAIT):
+                return False  # it has ended; the reaper is about to record it
             signal.pidfd_send_signal(proc.pidfd, signum)
-        except ProcessLookupError:
+        except (ProcessLookupError, ChildProcessError):
             return False
-        now = time.monotonic_ns()
-        proc.signals.append((signum.name, now))
+        after = time.monotonic_ns()
+        proc.signals.append((signum.name, before, after))
         if signum == signal.SIGKILL and proc.killed_ns is None:
-            proc.killed_ns = now
+            proc.kill_began_ns, proc.killed_ns = before, after
         if signum == signal.SIGSTOP:
             proc.stopped = True
         elif signum == signal.SIGCONT:
@@ -246,12 +305,12 @@ class Lab:
         wall, mono = time.time(), time.monotonic_ns()
         if wall - self.clock[-1][0] >= 0.05:
             self.clock.append((wall, mono))
-        fds = list(self._fd_owner)
-        if not fds:
+        if not self._fd_owner:
             time.sleep(timeout)
-            return
-        readable, _, _ = select.select(fds, [], [], timeout)
-        for fd in readable:
+        for key, _ in self._selector.select(timeout) if self._fd_owner else []:
+            fd = key.fd
+            if fd not in self._fd_owner:
+                continue  # closed earlier in this round
             proc, what = self._fd_owner[fd]
             if what == "reports":
                 self._read_reports(proc, fd)
@@ -263,6 +322,7 @@ class Lab:
                 proc.stdout_bytes += len(chunk)
             else:
                 proc.stderr_tail = (proc.stderr_tail + chunk)[-STDERR_KEEP:]
+        self._close_reaped()
 
     def _read_reports(self, proc: Proc, fd: int) -> None:
         assert proc.child is not None
@@ -280,8 +340,40 @@ class Lab:
                 proc.deposed = True
 
     def _forget(self, proc: Proc, fd: int) -> None:
+        """End of stream on ``fd``: stop watching it and close it (main thread only)."""
         del self._fd_owner[fd]
+        self._selector.unregister(fd)
         proc.open_fds.discard(fd)
+        if proc.child is not None and fd == proc.child.reports:
+            os.close(fd)
+            proc.child.reports = -1
+            return
+        for stream in (proc.popen.stdout, proc.popen.stderr):
+            if stream is not None and not stream.closed and stream.fileno() == fd:
+                stream.close()
+
+    def _reap(self, proc: Proc) -> None:
+        """Wait for ``proc`` to end and note when (the reaper is the only one that waits)."""
+        status = proc.popen.wait()
+        proc.exit_ns, proc.exit_wall = time.monotonic_ns(), time.time()
+        proc.returncode = status
+        with self._reaped_lock:
+            self._reaped.append(proc)
+
+    def _close_reaped(self) -> None:
+        """Close the pidfd of each reaped process whose pipes have all been drained."""
+        with self._reaped_lock:
+            done = [p for p in self._reaped if not p.open_fds]
+            self._reaped = [p for p in self._reaped if p.open_fds]
+        for proc in done:
+            if proc.pidfd >= 0:
+                os.close(proc.pidfd)
+                proc.pidfd = -1
+
+    def descriptors(self) -> int:
+        """Descriptors the harness holds for its processes (pipes and pidfds)."""
+        pidfds = sum(1 for p in self.procs if p.pidfd >= 0)
+        return len(self._fd_owner) + pidfds
 
     def wait_until(self, done: Any, timeout: float) -> bool:
         """Pump until ``done()`` holds or ``timeout`` passes; return ``done()``."""
@@ -323,34 +415,22 @@ class Lab:
         for proc in self.procs:
             if proc.reaper is not None:
                 proc.reaper.join(max(0.0, deadline - time.monotonic()))
-        # Whatever they wrote before dying.
-        with contextlib.suppress(OSError, ValueError):
-            while self._fd_owner:
-                before = len(self._fd_owner)
-                self.pump(0.05)
-                if (
-                    len(self._fd_owner) == before
-                    and not select.select(list(self._fd_owner), [], [], 0)[0]
-                ):
-                    break
+        # Whatever they wrote before dying (bounded: a grandchild may hold a pipe open).
+        drain_until = time.monotonic() + KILL_WAIT
+        while self._fd_owner and time.monotonic() < drain_until:
+            before = len(self._fd_owner)
+            self.pump(0.05)
+            if len(self._fd_owner) == before and not self._selector.select(0):
+                break
+        for fd, (proc, _) in list(self._fd_owner.items()):
+            self._forget(proc, fd)
         for proc in self.procs:
-            with contextlib.suppress(OSError):
-                os.close(proc.pidfd)
-            if proc.child is not None:
+            if proc.pidfd >= 0:
                 with contextlib.suppress(OSError):
-                    os.close(proc.child.reports)
-            for stream in (proc.popen.stdout, proc.popen.stderr):
-                if stream is not None:
-                    stream.close()
-        self._fd_owner.clear()
+                    os.close(proc.pidfd)
+                proc.pidfd = -1
+        self._selector.close()
 
 
 def _now() -> tuple[int, float]:
     return time.monotonic_ns(), time.time()
-
-
-def _reap(proc: Proc) -> None:
-    """Wait for ``proc`` to end and note when (the reaper is the only one that waits)."""
-    status = proc.popen.wait()
-    proc.exit_ns, proc.exit_wall = time.monotonic_ns(), time.time()
-    proc.returncode = status

@@ -52,6 +52,17 @@ class Report:
     def ok(self) -> bool:
         return not any(self.must_be_zero().values())
 
+    def row(self) -> str:
+        """One line of a ``--seeds`` summary (a Markdown table row)."""
+        f = self.found
+        failed = [name for name, items in self.must_be_zero().items() if items]
+        conv = "never" if self.convergence_s is None else f"{self.convergence_s:.2f} s"
+        return (
+            f"| {self.seed} | {'PASS' if self.ok else 'FAIL'} | {self.duration_s:.0f} s "
+            f"| {f.claims.get('succeeded', 0)} | {f.handoffs_kept} | {f.kills} "
+            f"| {self.harness.get('SIGKILL', 0)} | {conv} | {', '.join(failed) or '-'} |"
+        )
+
     def render(self) -> str:
         f = self.found
         successions = f.claims.get("succeeded", 0)
@@ -114,3 +125,11 @@ class Report:
                     lines.append(f"    ... and {len(items) - SHOW} more")
         lines.append("RESULT: " + ("PASS" if self.ok else "FAIL"))
         return "\n".join(lines)
+
+
+#: Header of the ``--seeds`` summary table (see :meth:`Report.row`).
+SUMMARY_HEADER = (
+    "| seed | result | duration | successions | handoffs kept | kills by Highlander "
+    "| harness SIGKILLs | convergence | failed checks |\n"
+    "|---|---|---|---|---|---|---|---|---|"
+)

@@ -6,7 +6,7 @@ import contextlib
 import itertools
 import json
 import os
-import select
+import selectors
 import signal
 import subprocess
 import sys
@@ -41,8 +41,7 @@ class Child:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"child {self.pid} sent no report in {timeout} s")
-            readable, _, _ = select.select([self.reports], [], [], left)
-            if not readable:
+            if not readable([self.reports], left):
                 continue
             chunk = os.read(self.reports, 65536)
             if not chunk:
@@ -148,6 +147,17 @@ class Children:
         return sorted(intervals, key=lambda r: r[2])
 
 
+def readable(fds: list[int], timeout: float) -> list[int]:
+    """Which of ``fds`` are readable within ``timeout`` (epoll: no ceiling on fd numbers).
+
+    ``select()`` refuses descriptors from 1024 on, which a long chaos run passes.
+    """
+    with selectors.DefaultSelector() as sel:
+        for fd in fds:
+            sel.register(fd, selectors.EVENT_READ)
+        return [key.fd for key, _ in sel.select(timeout)]
+
+
 def assert_no_overlap(reigns: list[tuple[int, int, int, int]]) -> None:
     """At no instant did two processes both hold the project."""
     for before, after in itertools.pairwise(reigns):
@@ -166,8 +176,7 @@ def wait_until_one_left(children: list[Child], timeout: float = 60.0) -> Child:
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError(f"{len(open_pipes)} children still running after {timeout} s")
-        readable, _, _ = select.select(list(open_pipes), [], [], left)
-        for fd in readable:
+        for fd in readable(list(open_pipes), left):
             child = open_pipes[fd]
             chunk = os.read(fd, 65536)
             if not chunk:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -23,7 +25,7 @@ sys.path.append(str(SCRIPTS))
 import chaos  # noqa: E402
 from chaos_check import judge  # noqa: E402
 from chaos_log import Witness  # noqa: E402
-from chaos_procs import Proc  # noqa: E402
+from chaos_procs import Lab, Proc  # noqa: E402
 from chaos_schedule import TIMEOUTS, make_schedule  # noqa: E402
 
 SEED = 1
@@ -51,6 +53,87 @@ def test_chaos_run_keeps_every_guarantee() -> None:
     assert found.kills > 0 and report.harness["SIGKILL"] > 0, summary
     assert report.harness["SIGSTOP"] > 0, summary
     assert found.handoffs_kept > 0, summary
+
+
+# -- the harness itself: it must not fail on its own ---------------------------------
+
+#: Processes the table test starts: past ``select()``'s ceiling of descriptor 1024.
+STARTS = 1100
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.timeout(300)
+def test_the_process_table_holds_descriptors_only_for_live_processes(tmp_path: Path) -> None:
+    """Found running seed 11: the harness kept every ended child's pipes (select() past 1024)."""
+    lab = Lab(tmp_path)
+    baseline = _open_descriptors()
+    per_process = 4  # report pipe, stdout, stderr, pidfd
+    try:
+        for batch in range(STARTS // 50):
+            for i in range(50):
+                lab.start_piped(batch * 50 + i, ["true"])
+            live = sum(p.alive for p in lab.procs)
+            assert lab.descriptors() <= per_process * 50
+            assert _open_descriptors() <= baseline + per_process * 50, (batch, live)
+            # Every ended process gives its descriptors back once reaped and drained.
+            assert lab.wait_until(lambda: lab.descriptors() == 0, 30.0), lab.descriptors()
+        assert len(lab.procs) == STARTS and all(p.returncode == 0 for p in lab.procs)
+        assert _open_descriptors() == baseline
+    finally:
+        lab.end_all()
+
+
+def test_a_process_that_already_ended_is_not_signalled_by_the_harness(tmp_path: Path) -> None:
+    """A zombie still takes signals: its death must not be booked as the harness's kill."""
+    lab = Lab(tmp_path)
+    popen = subprocess.Popen(["true"])
+    proc = Proc(
+        role="dead",
+        popen=popen,
+        pidfd=os.pidfd_open(popen.pid),
+        start_time=0,
+        step=0,
+        spawn_ns=time.monotonic_ns(),
+        spawn_wall=time.time(),
+    )
+    try:
+        os.waitid(os.P_PIDFD, proc.pidfd, os.WEXITED | os.WNOWAIT)  # ended, not reaped
+        assert not lab.send(proc, signal.SIGKILL)
+        assert proc.killed_ns is None and proc.signals == []
+    finally:
+        popen.wait()
+        os.close(proc.pidfd)
+        lab.end_all()
+
+
+def test_a_harness_kill_seen_first_by_the_reaper_is_still_the_harness_kill() -> None:
+    """Found with seed 7 under load: the reaper recorded the exit before the kill's stamp,
+    and the checker called the death "unexplained" and the next reign a lost handoff."""
+    second = 1_000_000_000
+    first = _proc(101, spawn=0, exit_=int(4.5 * second), rc=-9, ready={"counter": 1})
+    first.kill_began_ns, first.killed_ns = 4 * second, 5 * second  # send returned late
+    first.signals = [("SIGKILL", 4 * second, 5 * second)]
+    after = _proc(102, spawn=3 * second, exit_=9 * second, rc=0, ready={"counter": 1})
+    events = [
+        _claimed(101, 1 * second, 1, "claimed_free"),
+        _claimed(102, 6 * second, 2, "claimed_stale"),
+    ]
+    witness = [Witness("acquire", 101, 1, 1 * second), Witness("acquire", 102, 2, 6 * second)]
+    found = judge([first, after], events, witness, [(0.0, 0)])
+    assert found.lost_handoffs == [] and found.unlogged_deaths == []
+    assert found.reset_sigkill == 1
+
+
+def test_seed_ranges() -> None:
+    assert chaos.seed_range("3") == [3]
+    assert chaos.seed_range("1-10") == list(range(1, 11))
+    with pytest.raises(Exception, match="backwards"):
+        chaos.seed_range("5-2")
+    with pytest.raises(Exception, match="range such as"):
+        chaos.seed_range("a-b")
 
 
 # -- the checker itself: it must see each violation in evidence that has one --------
