@@ -32,7 +32,14 @@ import time
 from highlander._errors import ForeignHolderError, RemoteProtocolError
 from highlander._events import Event, Outcome
 from highlander._identity import boot_id, cmdline, own_identity
-from highlander._record import GENERATION_MAX, HolderRecord, read_record, write_record
+from highlander._record import (
+    GENERATION_MAX,
+    HolderRecord,
+    install_record,
+    read_record,
+    stage_record,
+    write_record,
+)
 from highlander._settings import Settings
 from highlander._values import Value
 
@@ -216,28 +223,57 @@ def adopt_handover(settings: Settings, fds: list[int]) -> tuple[ProjectLock, Lis
     return lock, listener
 
 
+class Staged(Value):
+    """A successor's takeover, prepared before the handover commits."""
+
+    record: HolderRecord
+    #: The record, written to a private file beside ``.state``, ready to rename.
+    path: str
+
+
+def prepare_takeover(settings: Settings, lock: ProjectLock, *, generation: int) -> Staged:
+    """Stage the record of the reign after ``generation``: all that can fail, before the commit.
+
+    Raises ``OSError`` (no space, a ``.state`` that is a directory, ...); the
+    caller then declines the handover and the incumbent keeps the project.
+    """
+    previous = read_record(settings.paths.state)
+    floor = max(lock.stored_generation(), generation)
+    record = new_record(settings, previous, successor_of=generation, floor=floor)
+    return Staged(record, stage_record(settings.paths.state, record))
+
+
 def take_over(
     settings: Settings,
     lock: ProjectLock,
     listener: Listener,
+    staged: Staged,
     *,
-    generation: int,
     handoff: dict[str, Any] | None,
     predecessor: int,
     started: float,
 ) -> Reign:
-    """Begin the reign after ``predecessor`` (of ``generation``) has left; log the claim."""
+    """Begin the reign the handover committed to us: take the listener, install the record."""
+    listener.own()
     if listener.file_id is None:
         # The socket file was deleted during the handover: publish a fresh one
         # (we hold the lock) rather than reign unreachable.
         listener.close(unlink=False)
         listener, _ = type(listener).bind(settings.paths)
-    record = publish_record(settings, lock, successor_of=generation)
+    record, problem = staged.record, ""
+    try:
+        install_record(staged.path, settings.paths.state)
+    except OSError as exc:
+        # Past the commit the project is ours whatever happens to the file;
+        # the record only informs, and the lock file keeps the generation.
+        problem = f"record not written: {exc}"
+    lock.store_generation(record.generation)
     settings.events.emit(
         Event.CLAIMED,
         outcome=Outcome.SUCCEEDED,
         generation=record.generation,
         peer_pid=predecessor,
         duration_ms=int((time.monotonic() - started) * 1000),
+        **({"reason": problem} if problem else {}),
     )
     return Reign(lock, listener, record, handoff, Outcome.SUCCEEDED)

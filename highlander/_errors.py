@@ -39,6 +39,10 @@ class Reason(enum.StrEnum):
     ``THRASH``: too many successions in the anti-thrash window.
     ``BUSY``: another succession is already running.
     ``INTERNAL``: the holder failed while serving the request.
+    ``LATE``: the ACK_SUCCESSION came after the incumbent's deadline; it keeps
+    the project.
+    ``PREPARE``: the newcomer could not prepare its takeover (sent by the
+    newcomer in answer to SAVED); the incumbent keeps the project.
     """
 
     AUTH = "auth"
@@ -47,6 +51,8 @@ class Reason(enum.StrEnum):
     THRASH = "thrash"
     BUSY = "busy"
     INTERNAL = "internal"
+    LATE = "late"
+    PREPARE = "prepare"
 
 
 class HighlanderError(Exception):
@@ -203,6 +209,16 @@ class SaveFailedError(SuccessionRefused):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, reason=Reason.INTERNAL)
+
+
+class TakeoverError(HighlanderError):
+    """Raised when this process could not prepare to take the project over.
+
+    The incumbent handed over its state, but this process could not write its
+    record (a full disk, a ``.state`` that is a directory, ...) and declined
+    before the handover committed: the incumbent keeps the project and its
+    state.  The message names the file and the fix.
+    """
 
 
 class IncumbentUnreachableError(HighlanderError):

@@ -35,6 +35,7 @@ class Event(enum.StrEnum):
     PROGRESS = "progress"
     SAVED = "saved"
     ACKED = "acked"
+    HANDOVER_ABORTED = "handover_aborted"  # the incumbent kept the project after SAVED
     RELINQUISHED = "relinquished"  # the deposed incumbent gave the project up
     CLAIMED = "claimed"
     STALE_CLEARED = "stale_cleared"  # a dead holder's socket file was replaced

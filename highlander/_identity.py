@@ -140,6 +140,32 @@ def cmdline(pid: int) -> list[str]:
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
 
 
+def let_go(pid: int, start_time: int, file_id: tuple[int, int]) -> bool:
+    """Whether process (``pid``, ``start_time``) is gone or no longer has the file open.
+
+    ``file_id`` is (device, inode), taken from a descriptor of our own, so a
+    path deleted or replaced meanwhile cannot fool the check.  A zombie has
+    no descriptors left: it has let go.
+    """
+    who = process_identity(pid)
+    if who is None or who.start_time != start_time:
+        return True
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # it exists but we may not look: assume it still holds
+    for name in names:
+        try:
+            st = os.stat(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == file_id:
+            return False
+    return True
+
+
 def holds_open(pid: int, path: str) -> bool:
     """Whether process ``pid`` has ``path`` (same device and inode) open right now."""
     try:

@@ -37,7 +37,7 @@ from highlander._messages import (
     Status,
     StatusReply,
 )
-from highlander._saving import SaveHook, run_save
+from highlander._saving import SaveFlight, SaveHook
 from highlander._settings import Settings
 from highlander._state import Role
 from highlander._waiting import ANYIO
@@ -45,6 +45,8 @@ from highlander._wire import Overdue, receive_event, send_frame
 
 #: Connections served at once; more are closed on accept (each is bounded by deadlines).
 MAX_CONNECTIONS = 64
+#: REFUSED ``late``: the ACK deadline passed and this holder keeps the project.
+LATE = "the ACK_SUCCESSION came after the incumbent's deadline; it keeps the project"
 
 
 class Incumbent:
@@ -76,6 +78,8 @@ class Incumbent:
         self._stop_requested = threading.Event()
         self._loop_token: Any = None
         self._loop_thread = 0
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._flight: SaveFlight | None = None
 
     async def serve(self, parent: int | None = None) -> Outcome:
         """Serve until the reign ends; return how it ended.
@@ -90,6 +94,7 @@ class Incumbent:
             if self._stop_requested.is_set():  # released before we got going
                 return self.outcome or Outcome.RELEASED
             async with anyio.create_task_group() as tg:
+                self._tg = tg
                 tg.start_soon(self._accept_loop, tg)
                 if parent is not None:
                     tg.start_soon(self._watch_parent, parent)
@@ -275,7 +280,7 @@ class Incumbent:
         events, started = self.settings.events, time.monotonic()
         events.emit(Event.SAVE_REQUESTED, peer_pid=peer.pid, intent=save.intent)
         try:
-            handoff = await run_save(self.on_save, sock, conn)
+            handoff = await self._save().follow(sock, conn)
             saved = Saved(handoff=handoff, generation=self.reign.record.generation)
         except Exception as exc:  # the hook's failure is reported, never fatal to the holder
             if isinstance(exc, ProtocolError):
@@ -295,11 +300,24 @@ class Incumbent:
             generation=saved.generation,
             duration_ms=_ms_since(started),
         )
+        # The commit point (highlander._commit): only a timely ACK_SUCCESSION
+        # gives the project away; whatever else ends this wait, we keep it.
         try:
             ack = await receive_event(sock, conn, ANYIO)
         except Overdue:
             self.handed_over = False
+            # An ACK that crosses this is void: say so, so the newcomer lets go at once.
+            with contextlib.suppress(OSError):
+                await self._refuse(sock, conn, Reason.LATE, LATE)
             raise
+        except BaseException:
+            self.handed_over = False
+            raise
+        if isinstance(ack, Refused):
+            # The successor could not prepare its takeover (a full disk, say).
+            self.handed_over = False
+            events.emit(Event.HANDOVER_ABORTED, peer_pid=peer.pid, reason=ack.detail)
+            return
         if not isinstance(ack, AckSuccession):
             # The successor left without confirming; its copies of the lock
             # and listener closed with it.  Nothing changed: keep serving.
@@ -307,6 +325,19 @@ class Incumbent:
             events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="ack", reason="successor left")
             return
         await self._step_down(Outcome.DEPOSED if succeed else Outcome.STOPPED, peer, started)
+
+    def _save(self) -> SaveFlight:
+        """The running save, or a new one: never two at once.
+
+        A newcomer may have died mid-save; its save runs on, and the next
+        request follows it.
+        """
+        flight = self._flight
+        if flight is None or not flight.running:
+            assert self._tg is not None
+            flight = self._flight = SaveFlight(self.on_save)
+            flight.start(self._tg)
+        return flight
 
     async def _step_down(self, outcome: Outcome, peer: PeerCredentials, started: float) -> None:
         self.outcome = outcome

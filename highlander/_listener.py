@@ -63,6 +63,7 @@ class Listener(Value):
 
         It must be a listening Unix stream socket that was bound, under the
         lock, at one of this project's private names in the runtime directory.
+        The credentials stay the predecessor's until :meth:`own`.
         """
         try:
             sock = socket.socket(fileno=fd)
@@ -79,9 +80,6 @@ class Listener(Value):
             if ok:
                 sock.set_inheritable(False)
                 sock.setblocking(False)
-                # listen() again records *our* credentials on the socket, so
-                # SO_PEERCRED names the new holder to clients that connect now.
-                sock.listen(BACKLOG)
                 try:
                     file_id: tuple[int, int] | None = _file_id(paths.socket)
                 except FileNotFoundError:
@@ -91,6 +89,15 @@ class Listener(Value):
             pass
         sock.close()
         return None
+
+    def own(self) -> None:
+        """Put our credentials on the socket: SO_PEERCRED names us to clients from now on.
+
+        Only after the handover committed: until then the socket is the
+        incumbent's, and a newcomer's ``listen()`` would make every client
+        take the still-serving incumbent for an impostor.
+        """
+        self.sock.listen(BACKLOG)
 
     def close(self, *, unlink: bool) -> None:
         """Stop listening; with ``unlink``, remove the public path if it is still ours.

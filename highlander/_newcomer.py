@@ -22,7 +22,7 @@ import os
 import time
 from collections.abc import Callable
 
-from highlander._claim import Reign, adopt_handover, claim_free, take_over
+from highlander._claim import Reign, claim_free
 from highlander._client import Greeting, Mismatch, QueueFull, Silent, connect, greet
 from highlander._connection import Closed
 from highlander._deadlines import Phase
@@ -39,8 +39,9 @@ from highlander._errors import (
     VersionMismatchError,
 )
 from highlander._events import Event
-from highlander._identity import Expected, own_identity
-from highlander._messages import AckSuccession, Busy, Intent, ProgressReport, Refused, Save, Saved
+from highlander._handover import conclude
+from highlander._identity import Expected, holds_open, own_identity
+from highlander._messages import Busy, Intent, ProgressReport, Refused, Save, Saved
 from highlander._modes import Mode
 from highlander._observe import record_target
 from highlander._record import read_record
@@ -81,10 +82,12 @@ class _Hung(Value):
 
 
 class _Transition(Value):
-    """A silent listener ``pid`` that the record (naming ``recorded``) does not name.
+    """A silent listener in the middle of a handover: wait, bounded, never signal.
 
-    A successor holds the inherited listener while its predecessor is still
-    leaving; it writes its own record once the predecessor is gone.
+    Either the record names another process than ``pid`` (a successor serves
+    the inherited listener before writing its record), or the recorded holder
+    ``recorded`` committed a handover and let go of the lock while its
+    successor has not taken the listener yet (it does once its predecessor left).
     """
 
     pid: int
@@ -300,10 +303,13 @@ def _silent(
             f"pid {greeting.pid} listens on {settings.paths.socket} without answering, "
             "and no holder's record names it: Highlander will not signal it"
         )
-    if target.pid != greeting.pid:
-        return _Transition(greeting.pid, target.pid)
     if target.pid == os.getpid():
         raise _claimed_twice(settings)
+    if target.pid != greeting.pid or not holds_open(target.pid, settings.paths.lock):
+        # Either a successor serves the inherited listener before its record
+        # exists, or the recorded holder has committed a handover (it let go
+        # of the lock) and its successor has not taken the listener yet.
+        return _Transition(greeting.pid, target.pid)
     if record.since_ms >= connected_ms:
         return _Fresh(target, record.generation)
     return _Hung(target, Phase.HELLO.value)
@@ -355,28 +361,5 @@ async def _succeed(
             f"the incumbent (pid {peer.pid}) refused: {event.detail}"
         )
     assert isinstance(event, Saved)
-    lock, listener = adopt_handover(settings, fds)
-    fds.clear()
-    try:
-        await send_frame(sock, conn.send(AckSuccession(), waiter.now()), waiter)
-        try:
-            gone = await receive_event(sock, conn, waiter)  # the incumbent leaving: end of stream
-            assert isinstance(gone, Closed)
-        except (Overdue, ConnectionResetError):
-            # The handoff is ours already; the incumbent must not linger beside us.
-            events.emit(Event.HUNG, peer_pid=peer.pid, phase=Phase.EXIT.value)
-            target = _hello_target(greeting, None)
-            await terminate(target, settings.timeouts, events, "missed exit", waiter)
-    except BaseException:
-        listener.close(unlink=False)
-        lock.release()
-        raise
-    return take_over(
-        settings,
-        lock,
-        listener,
-        generation=event.generation,
-        handoff=event.handoff,
-        predecessor=peer.pid,
-        started=started,
-    )
+    reign = await conclude(settings, greeting, event, fds, started)
+    return _RETRY if reign is None else reign

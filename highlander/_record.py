@@ -11,6 +11,7 @@ signal a process that cannot answer, to verify who that process is.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 
@@ -81,14 +82,41 @@ def _plausible(record: HolderRecord) -> bool:
 
 def write_record(path: str, record: HolderRecord) -> None:
     """Replace the record at ``path`` atomically (caller holds the lock)."""
+    install_record(stage_record(path, record), path)
+
+
+def stage_record(path: str, record: HolderRecord) -> str:
+    """Write ``record`` to a private file beside ``path``; return its name.
+
+    Everything that can fail for want of space or permission fails here, so
+    a successor stages its record *before* the handover commits and only
+    renames it into place after (:func:`install_record`).  A ``path`` that
+    exists and is a directory is refused here too: a rename could not replace it.
+    """
+    if os.path.isdir(path) and not os.path.islink(path):
+        raise IsADirectoryError(errno.EISDIR, "is a directory, not a record", path)
     tmp = f"{path}.{os.urandom(6).hex()}.tmp"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
     fd = os.open(tmp, flags, 0o600)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(json.dumps(record._asdict(), separators=(",", ":")).encode())
-        os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        discard_record(tmp)
         raise
+    return tmp
+
+
+def install_record(staged: str, path: str) -> None:
+    """Rename a staged record over ``path`` (needs no space: the data is written)."""
+    try:
+        os.replace(staged, path)
+    except BaseException:
+        discard_record(staged)
+        raise
+
+
+def discard_record(staged: str) -> None:
+    """Remove a staged record that will not be installed."""
+    with contextlib.suppress(OSError):
+        os.unlink(staged)

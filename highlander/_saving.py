@@ -1,8 +1,18 @@
-"""Running the save hook while its progress goes out as PROGRESS frames.
+"""Running the save hook, one run at a time, while its progress goes out as PROGRESS frames.
+
+A :class:`SaveFlight` is one run of ``on_save``.  It belongs to the holder,
+not to the conversation that asked for it: a newcomer that dies mid-save
+does not stop it (a sync hook in a worker thread could not be stopped
+anyway), and the next request while it runs *joins* it instead of starting
+a second save next to it.  An application's save is rarely safe to run twice
+at once.  A request that comes after the run ended starts a new one: the
+state may have changed since.
 
 The hook runs in a worker thread (sync) or on the loop (async); each
-``Progress.advance()`` wakes a pump task that sends the latest state, so the
-hook never waits on the network and a slow peer never delays the save.
+``Progress.advance()`` wakes the follower's pump, which sends the latest
+state, so the hook never waits on the network and a slow peer never delays
+the save.  The hook's own exception is kept whole (:attr:`SaveFlight.error`)
+so the refusal names it.
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import anyio.abc
 import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
@@ -28,54 +39,80 @@ from highlander._wire import send_frame
 SaveHook = Callable[[Progress], Any]
 
 
-async def run_save(
-    hook: SaveHook | None, sock: socket.socket, conn: Connection
-) -> dict[str, Any] | None:
-    """Run ``hook`` while a pump turns its progress into PROGRESS frames; return the handoff."""
-    wake = anyio.Event()
-    token = anyio.lowlevel.current_token()
-    loop_thread = threading.get_ident()
+class SaveFlight:
+    """One run of the save hook, followed by whichever conversation asks for it."""
 
-    def notify() -> None:
-        if threading.get_ident() == loop_thread:
-            wake.set()
-        else:
-            # RuntimeError: the loop is gone; the save outlived its conversation.
-            with contextlib.suppress(RuntimeError):
-                anyio.from_thread.run_sync(wake.set, token=token)
+    def __init__(self, hook: SaveHook | None) -> None:
+        self.hook = hook
+        self._token = anyio.lowlevel.current_token()
+        self._loop_thread = threading.get_ident()
+        self.progress = Progress(self._notify)
+        self.finished = anyio.Event()
+        self.handoff: dict[str, Any] | None = None
+        #: The hook's exception (or the reason its result is unusable), if it failed.
+        self.error: BaseException | None = None
+        self._wakes: list[anyio.Event] = []
 
-    progress = Progress(notify)
-    result: list[Any] = []
+    @property
+    def running(self) -> bool:
+        """Whether the hook has not returned yet."""
+        return not self.finished.is_set()
 
-    async def pump(done: anyio.Event) -> None:
-        nonlocal wake
-        start = ProgressReport(counter=0, note="saving")
-        await send_frame(sock, conn.send(start, ANYIO.now()), ANYIO)
-        sent = 0
-        while not done.is_set():
-            await wake.wait()
-            wake = anyio.Event()
-            state = progress.state
-            if state.counter > sent:
-                step = ProgressReport(state.counter, state.done, state.total, state.note)
-                await send_frame(sock, conn.send(step, ANYIO.now()), ANYIO)
-                sent = state.counter
+    def start(self, tg: anyio.abc.TaskGroup) -> None:
+        """Run the hook in ``tg`` (the holder's, so no conversation's end cancels it)."""
+        tg.start_soon(self._fly)
 
-    async def save(done: anyio.Event) -> None:
+    async def _fly(self) -> None:
         try:
-            result.append(await _call_hook(hook, progress))
+            value = await _call_hook(self.hook, self.progress)
+            if value is not None and not isinstance(value, dict):
+                raise TypeError(f"on_save must return a dict or None, not {type(value).__name__}")
+            self.handoff = value
+        except Exception as exc:  # reported to the newcomer and in the event log
+            self.error = exc
         finally:
-            done.set()
+            self.finished.set()
+            self._wake_all()
+
+    def _notify(self) -> None:
+        if threading.get_ident() == self._loop_thread:
+            self._wake_all()
+        else:
+            # RuntimeError: the loop is gone; the save outlived its holder.
+            with contextlib.suppress(RuntimeError):
+                anyio.from_thread.run_sync(self._wake_all, token=self._token)
+
+    def _wake_all(self) -> None:
+        for wake in self._wakes:
             wake.set()
 
-    done = anyio.Event()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(pump, done)
-        tg.start_soon(save, done)
-    value = result[0] if result else None
-    if value is not None and not isinstance(value, dict):
-        raise TypeError(f"on_save must return a dict or None, not {type(value).__name__}")
-    return value
+    async def follow(self, sock: socket.socket, conn: Connection) -> dict[str, Any] | None:
+        """Send this run's progress as PROGRESS frames until it ends; return its handoff.
+
+        Raises the hook's exception if it failed.
+        """
+        await send_frame(
+            sock, conn.send(ProgressReport(counter=0, note="saving"), ANYIO.now()), ANYIO
+        )
+        sent = 0
+        while True:
+            wake = anyio.Event()
+            self._wakes.append(wake)
+            try:
+                state = self.progress.state
+                if state.counter > sent:
+                    step = ProgressReport(state.counter, state.done, state.total, state.note)
+                    await send_frame(sock, conn.send(step, ANYIO.now()), ANYIO)
+                    sent = state.counter
+                    continue
+                if not self.running:
+                    break
+                await wake.wait()
+            finally:
+                self._wakes.remove(wake)
+        if self.error is not None:
+            raise self.error
+        return self.handoff
 
 
 async def _call_hook(hook: SaveHook | None, progress: Progress) -> Any:

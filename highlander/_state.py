@@ -19,9 +19,21 @@ A successful succession::
 
 Other endings: the incumbent answers SAVE with BUSY (another succession is
 running) or REFUSED; a STATUS query gets STATUS_REPLY (or REFUSED).  Both
-end in DONE.  End of stream moves any state to CLOSED; the ``expected``
-flag of the :class:`~highlander._connection.Closed` event says whether the
-conversation had reached an ending.
+end in DONE.
+
+The handover commits exactly once, at the incumbent (see
+:mod:`highlander._commit`).  After SAVED either side may still decline:
+
+* the newcomer answers SAVED with REFUSED when it cannot prepare its
+  takeover (no space for its record, say): both end in DONE and the
+  incumbent keeps the project;
+* the incumbent whose ACK deadline passed sends REFUSED (``late``) and keeps
+  the project; an ACK_SUCCESSION that crossed it is void, and the newcomer
+  in AWAIT_EXIT that receives it ends in DONE without holding.
+
+End of stream moves any state to CLOSED; the ``expected`` flag of the
+:class:`~highlander._connection.Closed` event says whether the conversation
+had reached an ending.
 
 The whole protocol is :data:`TRANSITIONS`: ``(role, state, event, message
 type) -> next state``, where event says whether this side SENT or RECEIVED
@@ -101,6 +113,8 @@ TRANSITIONS: Final[dict[tuple[Role, State, Event, str], State]] = {
     (NEW, S.AWAIT_SAVED, RECEIVED, "BUSY"): S.DONE,
     (NEW, S.AWAIT_SAVED, RECEIVED, "REFUSED"): S.DONE,
     (NEW, S.MUST_ACK, SENT, "ACK_SUCCESSION"): S.AWAIT_EXIT,
+    (NEW, S.MUST_ACK, SENT, "REFUSED"): S.DONE,
+    (NEW, S.AWAIT_EXIT, RECEIVED, "REFUSED"): S.DONE,
     (NEW, S.AWAIT_STATUS, RECEIVED, "STATUS_REPLY"): S.DONE,
     (NEW, S.AWAIT_STATUS, RECEIVED, "REFUSED"): S.DONE,
     # incumbent
@@ -114,6 +128,8 @@ TRANSITIONS: Final[dict[tuple[Role, State, Event, str], State]] = {
     (INC, S.REPLYING, SENT, "STATUS_REPLY"): S.DONE,
     (INC, S.REPLYING, SENT, "REFUSED"): S.DONE,
     (INC, S.AWAIT_ACK, RECEIVED, "ACK_SUCCESSION"): S.DEPOSED,
+    (INC, S.AWAIT_ACK, RECEIVED, "REFUSED"): S.DONE,
+    (INC, S.AWAIT_ACK, SENT, "REFUSED"): S.DONE,
 }
 
 #: States where the conversation has reached an ending; end of stream is expected.

@@ -71,7 +71,7 @@ def test_state_sets_partition_the_enum() -> None:
 
 def test_enumeration_is_complete() -> None:
     assert len(ALL_COMBINATIONS) == 2 * len(State) * 2 * 9
-    assert len(LEGAL) == len(TRANSITIONS) == 20
+    assert len(LEGAL) == len(TRANSITIONS) == 24
     assert len(LEGAL) + len(ILLEGAL) == len(ALL_COMBINATIONS) - 2 * 2 * 9
 
 

@@ -34,8 +34,24 @@ def witness(what: str, generation: int) -> None:
         os.close(fd)
 
 
+def save_witness(what: str) -> None:
+    path = cfg.get("save_witness")
+    if path:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.write(fd, f"{what} {os.getpid()} {time.monotonic_ns()}\n".encode())
+        os.close(fd)
+
+
 def save(progress: Progress) -> dict[str, Any]:
     """Save behaviours: normal (steps), stall (stops advancing), forever (never ends)."""
+    save_witness("start")
+    try:
+        return _save(progress)
+    finally:
+        save_witness("end")
+
+
+def _save(progress: Progress) -> dict[str, Any]:
     steps = int(cfg.get("steps", 3))
     behaviour = cfg.get("save", "normal")
     report(event="saving")
@@ -90,6 +106,40 @@ def options() -> dict[str, Any]:
 current = {"generation": 0}
 
 
+def pause_before_ack() -> None:
+    """As a newcomer, between taking SAVED's descriptors and sending ACK_SUCCESSION:
+    ``{"delay": s}`` sleeps (a slow newcomer), ``{"stop": true}`` reports
+    ``before_ack`` and stops itself with a real SIGSTOP (the test resumes it);
+    ``"once": true`` only on the first handover it tries."""
+    how = cfg.get("before_ack")
+    if not how:
+        return
+    import importlib
+    import signal
+
+    try:
+        module = importlib.import_module("highlander._handover")
+    except ImportError:  # the code before the commit point existed
+        module = importlib.import_module("highlander._newcomer")
+    adopt = module.adopt_handover
+
+    used = []
+
+    def slow_adopt(*args: Any, **kwargs: Any) -> Any:
+        taken = adopt(*args, **kwargs)
+        if how.get("once") and used:
+            return taken
+        used.append(True)
+        if "delay" in how:
+            time.sleep(float(how["delay"]))
+        if how.get("stop"):
+            report(event="before_ack")
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return taken
+
+    module.adopt_handover = slow_adopt
+
+
 def reign(hl: Highlander) -> None:
     state["counter"] = (hl.handoff or {}).get("counter", 0) + 1
     current["generation"] = hl.generation
@@ -106,6 +156,7 @@ def reign(hl: Highlander) -> None:
 
 
 def main() -> None:
+    pause_before_ack()
     if cfg.get("async"):
         import anyio
 

@@ -1,0 +1,136 @@
+"""The newcomer's side of the commit point: from a verified SAVED to holding, or not.
+
+The rules are :mod:`highlander._commit`'s (pure); this module carries them
+out with the socket, the kernel and the files:
+
+1. adopt the lock and listener that came with SAVED, without using them;
+2. prepare everything of the takeover that can fail (the staged record);
+   when that fails, decline with REFUSED ``prepare``, let go of the copies and
+   raise :class:`TakeoverError`: the incumbent keeps the project;
+3. send ACK_SUCCESSION and hear how the incumbent answered: REFUSED, end of
+   stream, or nothing within the exit deadline;
+4. ask the kernel whether the incumbent let go of the lock file (or is gone);
+5. commit (listen, install the record), abort (close our copies, discard
+   the staged record), or end a hung incumbent with the verified kill and
+   then commit.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from highlander._claim import Reign, adopt_handover, prepare_takeover, take_over
+from highlander._client import Greeting
+from highlander._commit import Answer, Verdict, newcomer_decides
+from highlander._connection import Closed
+from highlander._deadlines import Phase
+from highlander._errors import Reason, TakeoverError
+from highlander._events import Event
+from highlander._identity import Expected, let_go
+from highlander._messages import AckSuccession, Refused, Saved
+from highlander._record import discard_record
+from highlander._settings import Settings
+from highlander._termination import terminate
+from highlander._wire import Overdue, receive_event, send_frame
+
+#: The ways a conversation breaks when the incumbent's end is gone or not reading.
+_BROKEN = (BrokenPipeError, ConnectionResetError, TimeoutError)
+
+
+async def conclude(
+    settings: Settings, greeting: Greeting, saved: Saved, fds: list[int], started: float
+) -> Reign | None:
+    """Commit the handover after ``saved``, or abort it (``None``: the incumbent kept it).
+
+    ``fds`` are the descriptors that came with SAVED; this takes them over
+    (the list is emptied).
+    """
+    events, peer = settings.events, greeting.peer
+    sock, conn, waiter = greeting.sock, greeting.conn, greeting.waiter
+    lock, listener = adopt_handover(settings, fds)
+    fds.clear()
+    staged = None
+    committed = False
+    try:
+        try:
+            staged = prepare_takeover(settings, lock, generation=saved.generation)
+        except OSError as exc:
+            raise await _decline(settings, greeting, exc) from exc
+        answer = Answer.SILENT
+        try:
+            await send_frame(sock, conn.send(AckSuccession(), waiter.now()), waiter)
+        except _BROKEN:
+            answer = Answer.SEND_FAILED
+        answer = await _hear(greeting, answer)
+        file_id = os.fstat(lock.fd)
+        released = let_go(peer.pid, greeting.hello.start_time, (file_id.st_dev, file_id.st_ino))
+        verdict = newcomer_decides(answer, released)
+        if verdict is Verdict.END_INCUMBENT:
+            events.emit(Event.HUNG, peer_pid=peer.pid, phase=Phase.EXIT.value)
+            target = Expected(
+                peer.pid, greeting.hello.start_time, greeting.hello.exe, peer.uid, None, None
+            )
+            await terminate(target, settings.timeouts, events, "missed exit", waiter)
+            verdict = Verdict.COMMIT
+        if verdict is Verdict.ABORT:
+            events.emit(
+                Event.HANDOVER_ABORTED,
+                peer_pid=peer.pid,
+                reason=answer.value,
+                duration_ms=_ms(started),
+            )
+            return None
+        committed = True
+    finally:
+        if not committed:
+            listener.close(unlink=False)
+            lock.release()
+            if staged is not None:
+                discard_record(staged.path)
+    return take_over(
+        settings,
+        lock,
+        listener,
+        staged,
+        handoff=saved.handoff,
+        predecessor=peer.pid,
+        started=started,
+    )
+
+
+async def _hear(greeting: Greeting, answer: Answer) -> Answer:
+    """How the incumbent answered our ACK (or what was queued when it could not be sent)."""
+    try:
+        event = await receive_event(greeting.sock, greeting.conn, greeting.waiter)
+    except Overdue:
+        return Answer.SILENT
+    except _BROKEN:
+        return Answer.CLOSED if answer is Answer.SILENT else answer
+    if isinstance(event, Refused):
+        return Answer.REFUSED
+    assert isinstance(event, Closed)
+    return Answer.CLOSED if answer is Answer.SILENT else answer
+
+
+async def _decline(settings: Settings, greeting: Greeting, exc: OSError) -> TakeoverError:
+    """Tell the incumbent we cannot take over (it keeps the project); the error to raise."""
+    where = exc.filename or settings.paths.state
+    why = exc.strerror or str(exc)
+    detail = f"the successor cannot write {where}: {why}"
+    refused = Refused(Reason.PREPARE, detail[:1024])
+    try:
+        conn, waiter = greeting.conn, greeting.waiter
+        await send_frame(greeting.sock, conn.send(refused, waiter.now()), waiter)
+    except _BROKEN:
+        pass  # the incumbent is gone: nothing changed for it either way
+    settings.events.emit(Event.HANDOVER_ABORTED, peer_pid=greeting.peer.pid, reason=detail)
+    return TakeoverError(
+        f"cannot take the project over: {where}: {why}. The incumbent (pid "
+        f"{greeting.peer.pid}) keeps it and its state; free space on that filesystem "
+        f"or remove what is in the way (`highlander doctor` checks), then start again"
+    )
+
+
+def _ms(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
