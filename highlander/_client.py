@@ -15,7 +15,7 @@ import socket
 from typing import Any
 
 from highlander._connection import Closed, Connection
-from highlander._deadlines import Phase
+from highlander._deadlines import Phase, looks_busy
 from highlander._errors import (
     AuthenticationError,
     ForeignHolderError,
@@ -26,7 +26,7 @@ from highlander._errors import (
     VersionMismatchError,
 )
 from highlander._events import Event
-from highlander._identity import PeerCredentials, peer_credentials, process_identity
+from highlander._identity import PeerCredentials, peer_credentials, process_identity, run_state
 from highlander._messages import Hello
 from highlander._settings import Settings
 from highlander._state import Role
@@ -46,10 +46,15 @@ class Greeting(Value):
 
 
 class Silent(Value):
-    """Connected, but no HELLO in time (or the stream closed): ``pid`` per the kernel."""
+    """Connected, but no HELLO in time (or the stream closed): ``pid`` per the kernel.
+
+    ``busy``: the kernel says it was working meanwhile (not stopped, running or
+    gaining CPU time): a loaded machine, not a hang.
+    """
 
     pid: int
     closed: bool
+    busy: bool = False
 
 
 class Mismatch(Value):
@@ -111,11 +116,13 @@ async def greet(
         now=waiter.now(),
         timeouts=settings.timeouts,
     )
+    before = run_state(peer.pid)
     try:
         hello = await receive_event(sock, conn, waiter)
     except Overdue:
-        settings.events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="hello")
-        return Silent(peer.pid, closed=False)
+        busy = looks_busy(before, run_state(peer.pid))
+        settings.events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="hello", busy=busy)
+        return Silent(peer.pid, closed=False, busy=busy)
     except SignatureError as exc:
         settings.events.emit(Event.AUTH_FAILED, peer_pid=peer.pid, reason=str(exc))
         raise AuthenticationError(

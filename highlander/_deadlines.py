@@ -138,3 +138,24 @@ class Watch:
         if self._phase is Phase.STALL and self._ceiling is not None and self._ceiling <= at:
             return Deadline(Phase.CEILING, self._ceiling)
         return Deadline(self._phase, at)
+
+
+#: Scheduler states of a process that cannot answer whatever we wait: stopped
+#: (SIGSTOP, a debugger), a zombie, dead.
+_HALTED = frozenset("TtZXx")
+
+
+def looks_busy(before: tuple[str, int] | None, after: tuple[str, int] | None) -> bool:
+    """Whether a process that missed a deadline was working, not hung, by the kernel's account.
+
+    ``before`` and ``after`` are its (state letter, CPU ticks) when the wait
+    began and when the deadline passed.  A machine under load can starve a
+    holder's serving thread past a deadline; such a holder is running or
+    gaining CPU time.  A stopped process, or one that sat asleep without
+    gaining a tick for the whole wait, is hung.
+    """
+    if before is None or after is None:
+        return False
+    if after[0] in _HALTED or before[0] in _HALTED:
+        return False
+    return after[0] == "R" or after[1] > before[1]

@@ -91,6 +91,17 @@ def _proc_identity(pid: int) -> ProcessIdentity | None:
     return ProcessIdentity(pid=pid, start_time=start_time, exe=exe, uid=status)
 
 
+def run_state(pid: int) -> tuple[str, int] | None:
+    """(state letter, utime + stime in clock ticks) from ``/proc/<pid>/stat``; ``None`` if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        return fields[0].decode(), int(fields[11]) + int(fields[12])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _status_uid(pid: int) -> int:
     with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as handle:
         for line in handle:

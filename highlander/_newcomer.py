@@ -106,6 +106,17 @@ class _Fresh(Value):
     generation: int
 
 
+class _Busy(Value):
+    """The holder missed HELLO but the kernel says it was working (a loaded machine).
+
+    It is spared for up to ``stall`` seconds under one record: long enough for
+    a storm's load to pass, bounded so that a holder spinning without ever
+    answering is still ended.
+    """
+
+    target: Expected
+
+
 class _Retry:
     """The holder changed or vanished under us: try again now."""
 
@@ -191,14 +202,15 @@ class _Progress:
         #: Generations whose holder got a second chance to answer (see _Fresh).
         self.pardoned: set[int] = set()
         self.queue_full = _Patience(settings)
+        self.busy = _Patience(settings)
 
     async def settle(
-        self, result: _Wait | _Hung | _Fresh | _Transition | _Retry | Mismatch | None
+        self, result: _Wait | _Hung | _Fresh | _Busy | _Transition | _Retry | Mismatch | None
     ) -> bool:
         """Act on a failed attempt; return whether the next one may start at once."""
         settings, timeouts, events = self.settings, self.settings.timeouts, self.settings.events
         waiter = self.waiter
-        if isinstance(result, _Fresh):
+        if isinstance(result, _Fresh | _Busy):
             result = self._pardon(result)
         if isinstance(result, _Wait):
             await wait_for_exit(result.pid, timeouts.stall, waiter)
@@ -238,10 +250,15 @@ class _Progress:
                 return True
         return False
 
-    def _pardon(self, fresh: _Fresh) -> _Hung | _Retry:
-        if fresh.generation in self.pardoned:
-            return _Hung(fresh.target, Phase.HELLO.value)
-        self.pardoned.add(fresh.generation)
+    def _pardon(self, silent: _Fresh | _Busy) -> _Hung | _Retry:
+        """A silent holder that may be fine gets another chance (bounded): try again."""
+        if isinstance(silent, _Busy):
+            if self.busy.exceeded(self.settings.timeouts.stall):
+                return _Hung(silent.target, Phase.HELLO.value)
+            return _RETRY
+        if silent.generation in self.pardoned:
+            return _Hung(silent.target, Phase.HELLO.value)
+        self.pardoned.add(silent.generation)
         return _RETRY
 
 
@@ -263,7 +280,7 @@ async def _end_unreachable_holder(settings: Settings, waiter: Waiter, *, queue_f
 
 async def _attempt(
     settings: Settings, waiter: Waiter
-) -> Reign | _Wait | _Hung | _Fresh | _Transition | _Retry | Mismatch | None:
+) -> Reign | _Wait | _Hung | _Fresh | _Busy | _Transition | _Retry | Mismatch | None:
     connected_ms = int(time.time() * 1000)
     try:
         sock = connect(settings.paths.socket)
@@ -292,7 +309,7 @@ async def _attempt(
 
 def _silent(
     settings: Settings, greeting: Silent, connected_ms: int
-) -> _Hung | _Fresh | _Transition | _Retry:
+) -> _Hung | _Fresh | _Busy | _Transition | _Retry:
     """Connected, but no HELLO: decide from the holder's record, never from a guess."""
     if greeting.closed:
         return _RETRY
@@ -312,6 +329,8 @@ def _silent(
         return _Transition(greeting.pid, target.pid)
     if record.since_ms >= connected_ms:
         return _Fresh(target, record.generation)
+    if greeting.busy:
+        return _Busy(target)
     return _Hung(target, Phase.HELLO.value)
 
 

@@ -30,6 +30,9 @@ from highlander._waiting import Waiter
 
 #: How long a SIGKILLed process may take to be gone (uninterruptible sleep can delay it).
 KILL_WAIT = 10.0
+#: How long a process that fails verification may take to finish exiting before
+#: the failure counts (an exiting process no longer shows its exe or its fds).
+EXITING_WAIT = 0.5
 
 
 async def wait_for_exit(pid: int, timeout: float, waiter: Waiter) -> bool:
@@ -63,7 +66,9 @@ async def terminate(
     try:
         problem = mismatch(expected)
         if problem is not None:
-            if not _alive(fd):
+            # A process in the middle of exiting has lost its exe and fds but
+            # its pidfd is not readable yet: give it a moment to finish.
+            if not _alive(fd) or await waiter.readable(fd, EXITING_WAIT):
                 return
             events.emit(Event.IDENTITY_MISMATCH, peer_pid=expected.pid, reason=problem)
             raise ForeignHolderError(
