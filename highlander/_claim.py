@@ -31,6 +31,7 @@ import time
 
 from highlander._errors import ForeignHolderError, RemoteProtocolError
 from highlander._events import Event, Outcome
+from highlander._files import lstat_problem, open_regular
 from highlander._identity import boot_id, cmdline, own_identity
 from highlander._record import GENERATION_MAX, HolderRecord, read_record, write_record
 from highlander._settings import Settings
@@ -51,9 +52,12 @@ class ProjectLock:
 
     @classmethod
     def try_acquire(cls, path: str) -> ProjectLock | None:
-        """Take the lock without waiting; ``None`` if a live process holds it."""
-        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-        fd = os.open(path, flags, 0o600)
+        """Take the lock without waiting; ``None`` if a live process holds it.
+
+        Raises :class:`~highlander._errors.UnsafeFileError` when ``path`` is
+        not our own regular file (a FIFO, directory, symlink, another owner's).
+        """
+        fd = open_regular(path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -141,7 +145,12 @@ def claim_free(settings: Settings) -> Reign | None:
         lock.release()
         raise
     outcome = Outcome.CLAIMED_STALE if stale else Outcome.CLAIMED_FREE
-    record = publish_record(settings, lock, successor_of=None)
+    try:
+        record = publish_record(settings, lock, successor_of=None)
+    except BaseException:
+        listener.close(unlink=True)  # ours: we still hold the lock
+        lock.release()
+        raise
     if stale:
         settings.events.emit(Event.STALE_CLEARED, socket=settings.paths.socket)
     settings.events.emit(Event.CLAIMED, outcome=outcome, generation=record.generation)
@@ -162,6 +171,9 @@ def publish_record(
     ever grows, even after the record was damaged or deleted.
     """
     previous = read_record(settings.paths.state)
+    if previous is None and (why := lstat_problem(settings.paths.state)) is not None:
+        # Not a record (a FIFO, a symlink, ...): the write below replaces it.
+        settings.events.emit(Event.UNSAFE_FILE, path=settings.paths.state, reason=why)
     floor = max(lock.stored_generation(), successor_of or 0)
     record = new_record(settings, previous, successor_of=successor_of, floor=floor)
     write_record(settings.paths.state, record)

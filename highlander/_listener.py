@@ -18,6 +18,7 @@ import os
 import socket
 
 from highlander._errors import ForeignHolderError
+from highlander._files import lstat_problem, unsafe
 from highlander._identity import peer_credentials, process_identity
 from highlander._rendezvous import PRIVATE_TAG_CHARS, ProjectPaths
 from highlander._values import Value
@@ -48,7 +49,7 @@ class Listener(Value):
             os.chmod(tmp, 0o600)
             sock.listen(BACKLOG)
             stale = os.path.lexists(paths.socket)
-            os.rename(tmp, paths.socket)
+            _rename_into_place(tmp, paths.socket)
         except BaseException:
             sock.close()
             with contextlib.suppress(OSError):
@@ -103,6 +104,21 @@ class Listener(Value):
                 if _file_id(self.path) == self.file_id:
                     os.unlink(self.path)
         self.sock.close()
+
+
+def _rename_into_place(tmp: str, path: str) -> None:
+    """Rename the bound socket over ``path``; one line naming it if that cannot be done.
+
+    A rename replaces a stale socket, a FIFO, a regular file or a symlink
+    without opening or following it; only a directory resists.
+    """
+    try:
+        os.rename(tmp, path)
+    except OSError:
+        why = lstat_problem(path, want="a socket")
+        if why is None:
+            raise
+        raise unsafe(path, why) from None
 
 
 def _file_id(path: str) -> tuple[int, int]:

@@ -4,8 +4,11 @@ Written only by the process that holds the lock, atomically (a private
 temporary file renamed over the old record), so readers see either the old
 record or the new one, never a torn one.  It carries the fencing generation
 (+1 per claim) and the recent succession times the anti-thrash rule counts.
-A newcomer reads it to name the incumbent (WARN) and, before it would ever
-signal a process that cannot answer, to verify who that process is.
+Whatever sits at its name is opened without trust (:mod:`highlander._files`):
+a FIFO, a directory or a symlink there is no record, and the next write
+replaces it (or, for a directory, which a rename cannot replace, fails in
+one line).  A newcomer reads it to name the incumbent (WARN) and, before it
+would ever signal a process that cannot answer, to verify who that process is.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import contextlib
 import json
 import os
 
+from highlander._errors import HighlanderError
+from highlander._files import lstat_problem, open_regular, unsafe
 from highlander._values import Value
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
@@ -41,14 +46,15 @@ def read_record(path: str) -> HolderRecord | None:
     """Return the record at ``path``, or ``None`` if absent or unreadable.
 
     A corrupt record is treated as absent: it only ever informs, it never
-    decides who holds the project (the lock does).
+    decides who holds the project (the lock does).  So is anything that is
+    not our own regular file (a FIFO there must not hang the reader).
     """
     try:
-        with open(path, "rb") as handle:
+        with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as handle:
             data: Any = json.loads(handle.read(1024 * 1024))
         # Records written before these fields existed lack them.
         record = HolderRecord(**{"cmdline": [], "successions_ms": [], **data})
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, HighlanderError):
         return None
     return record if _plausible(record) else None
 
@@ -80,14 +86,24 @@ def _plausible(record: HolderRecord) -> bool:
 
 
 def write_record(path: str, record: HolderRecord) -> None:
-    """Replace the record at ``path`` atomically (caller holds the lock)."""
+    """Replace the record at ``path`` atomically (caller holds the lock).
+
+    A FIFO or symlink at ``path`` is replaced (``rename`` never follows or
+    opens it); a directory cannot be, which raises
+    :class:`~highlander._errors.UnsafeFileError` naming it.
+    """
     tmp = f"{path}.{os.urandom(6).hex()}.tmp"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
-    fd = os.open(tmp, flags, 0o600)
+    fd = open_regular(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(json.dumps(record._asdict(), separators=(",", ":")).encode())
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            why = lstat_problem(path)
+            if why is None:
+                raise
+            raise unsafe(path, why) from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from proctools import Children
+from proctools import WAIT, Child, Children
 from proctools_extra import OTHER_UID, Extras, last_stderr_line
 
 from highlander import _log
@@ -67,6 +71,174 @@ def _one_line_failure(err: bytes) -> str:
     text = err.decode(errors="replace")
     assert "Traceback" not in text, text
     return last_stderr_line(err)
+
+
+# -- the lock file and the socket path: refused in one line ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "says"),
+    [
+        ("lock", "fifo", "it is a FIFO, not a regular file"),
+        ("lock", "directory", "it is a directory, not a regular file"),
+        ("lock", "symlink", "it is a symlink, not a regular file"),
+        ("lock", "dangling symlink", "it is a symlink, not a regular file"),
+        pytest.param("lock", "foreign", "owned by uid 12345", marks=needs_root),
+        ("socket", "directory", "it is a directory, not a socket"),
+        ("state", "directory", "it is a directory, not a regular file"),
+    ],
+)
+def test_a_file_that_cannot_be_used_is_one_line_naming_it_and_the_fix(
+    kids: Children, tmp_path: Path, name: str, kind: str, says: str
+) -> None:
+    path = getattr(_paths(kids), name)
+    _plant(path, kind, tmp_path)
+    child = kids.start(hold=0)
+    status, out, err = child.finish(timeout=NO_HANG)
+    line = _one_line_failure(err)
+    assert status == 1
+    assert out == b""
+    assert path in line and says in line and "start again" in line, line
+    # Nothing was left behind by the failed claim (no socket, no temporary
+    # name): the next start, once the file is gone, claims at once.
+    left = {p.name for p in kids.runtime.iterdir()} - {os.path.basename(path)}
+    assert not [name for name in left if name.endswith((".sock", ".tmp")) or name[0] == "."]
+    (shutil.rmtree if os.path.isdir(path) and not os.path.islink(path) else os.unlink)(path)
+    assert kids.start().wait_for("ready", timeout=NO_HANG)["generation"] >= 1
+
+
+def _program(kids: Children, code: str) -> Child:
+    """Run ``code`` under this Python in the test's environment, with ``report()``."""
+    prelude = textwrap.dedent(
+        """
+        import json, os
+        _fd = int(os.environ["HL_READY_FD"])
+        def report(**fields):
+            os.write(_fd, (json.dumps({"pid": os.getpid(), **fields}) + "\\n").encode())
+        """
+    )
+    return kids.spawn([sys.executable, "-c", prelude + textwrap.dedent(code)], kids.env())
+
+
+def test_runtime_dir_deleted_between_resolving_and_claiming_is_one_line(
+    kids: Children,
+) -> None:
+    code = """
+        import shutil, sys
+        from highlander import Highlander, HighlanderError
+        handle = Highlander(app="child", exit_when_orphaned=False)
+        settings = handle._resolve()  # the runtime dir exists now...
+        shutil.rmtree(settings.paths.runtime_dir)  # ...and a /tmp cleaner removes it
+        try:
+            handle.acquire()
+        except HighlanderError as exc:
+            sys.stderr.write(f"highlander: {exc}\\n")
+            sys.exit(1)
+        report(event="claimed")
+    """
+    helper = _program(kids, code)
+    status, _, err = helper.finish(timeout=NO_HANG)
+    line = _one_line_failure(err)
+    assert status == 1
+    assert str(kids.runtime) in line and "start again" in line, line
+
+
+# -- the record: never a hang, replaced when it can be --------------------------------
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "dangling symlink"])
+def test_a_record_that_is_not_a_regular_file_is_no_record(
+    kids: Children, tmp_path: Path, kind: str
+) -> None:
+    paths = _paths(kids)
+    _plant(paths.state, kind, tmp_path)
+    child = kids.start()
+    report = child.wait_for("ready", timeout=NO_HANG)
+    assert report["outcome"] == "claimed_free"
+    assert report["generation"] == 1
+    assert Path(paths.state).is_file() and not Path(paths.state).is_symlink()
+    (unsafe,) = kids.events("unsafe_file")
+    assert unsafe["path"] == paths.state
+
+
+def test_a_record_turned_fifo_during_a_reign_does_not_stop_a_succession(
+    kids: Children,
+) -> None:
+    paths = _paths(kids)
+    first = kids.start()
+    first.wait_for("ready")
+    os.unlink(paths.state)
+    os.mkfifo(paths.state, 0o600)
+    second = kids.start()
+    report = second.wait_for("ready", timeout=NO_HANG)
+    assert report["outcome"] == "succeeded"
+    assert report["generation"] == 2  # the lock file kept the generation
+    first.wait_for("deposed", timeout=NO_HANG)
+
+
+# -- the event log: skipped with one warning, never a hang ----------------------------
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "symlink"])
+def test_an_event_log_that_is_not_a_regular_file_is_skipped_with_one_warning(
+    kids: Children, tmp_path: Path, kind: str
+) -> None:
+    paths = _paths(kids)
+    _plant(paths.events, kind, tmp_path)
+    first = kids.start()
+    first.wait_for("ready", timeout=NO_HANG)
+    # A succession logs a dozen events on each side.
+    second = kids.start(hold=0.2)
+    assert second.wait_for("ready", timeout=NO_HANG)["outcome"] == "succeeded"
+    first.wait_for("deposed", timeout=NO_HANG)
+    for child in (first, second):
+        status, out, err = child.finish(timeout=NO_HANG)
+        assert status == 0 and out == b""
+        text = err.decode(errors="replace")
+        assert "Traceback" not in text
+        warnings = [line for line in text.splitlines() if "event_log_unusable" in line]
+        assert len(warnings) == 1, text
+        assert paths.events in warnings[0]
+
+
+def test_cli_status_and_events_with_fifos_do_not_hang(kids: Children) -> None:
+    paths = _paths(kids)
+    os.mkfifo(paths.lock, 0o600)
+    os.mkfifo(paths.events, 0o600)
+    Path(paths.state).write_text("{}")  # lets the CLI find the app
+    for command in ("status", "stop", "events"):
+        done = subprocess.run(
+            [sys.executable, "-m", "highlander.cli", command, "--app", APP],
+            env=kids.env(),
+            capture_output=True,
+            timeout=NO_HANG,
+            check=False,
+        )
+        line = _one_line_failure(done.stderr)
+        assert done.returncode == 1, (command, done)
+        assert "it is a FIFO" in line, (command, line)
+
+
+def test_doctor_lists_every_unsafe_file_with_its_fix(kids: Children, tmp_path: Path) -> None:
+    paths = _paths(kids)
+    _plant(paths.state, "fifo", tmp_path)
+    _plant(paths.lock, "directory", tmp_path)
+    _plant(paths.events, "symlink", tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "highlander.cli", "doctor", "--app", APP],
+        env=kids.env(),
+        capture_output=True,
+        timeout=WAIT,
+        check=False,
+    )
+    assert done.returncode == 1
+    text = done.stdout.decode()
+    for path, what in (
+        (paths.state, "a FIFO"),
+        (paths.lock, "a directory"),
+        (paths.events, "a symlink"),
+    ):
+        assert f"remove {path} (it is {what}" in text, text
 
 
 # -- a signal needs the lock itself, not an open file ------------------------------
