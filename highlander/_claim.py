@@ -17,6 +17,13 @@ which we could not have taken).
 on the SAVED frame), so the lock is never free between two reigns and no
 third process can slip in.
 
+**Forks.**  A forked child shares the lock's open file description, and a
+``flock`` lasts until the last descriptor of it closes: a worker forked by
+the holder would keep the project after the holder died.  So a child closes
+its copies of every held lock (and :mod:`highlander._listener` of every
+listener) right after ``fork`` (``os.register_at_fork``).  The parent's lock
+is untouched: its own descriptor still refers to the description.
+
 Every descriptor is close-on-exec.
 """
 
@@ -49,6 +56,12 @@ class ProjectLock:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
+        _held.add(self)
+
+    @property
+    def held(self) -> bool:
+        """Whether this process still has the locked descriptor (not released, not a fork)."""
+        return self.fd >= 0
 
     @classmethod
     def try_acquire(cls, path: str) -> ProjectLock | None:
@@ -109,9 +122,27 @@ class ProjectLock:
 
     def release(self) -> None:
         """Give the lock up (closing our descriptor; a successor's copy keeps it)."""
+        _held.discard(self)
         if self.fd >= 0:
             fd, self.fd = self.fd, -1
             os.close(fd)
+
+
+#: Locks this process holds, for the fork handler below.
+_held: set[ProjectLock] = set()
+
+
+def _drop_in_child() -> None:
+    """After ``fork``, in the child: close its copies of the locks (see the module docstring)."""
+    for lock in list(_held):
+        if lock.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(lock.fd)
+            lock.fd = -1
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_drop_in_child)
 
 
 class Reign(Value):

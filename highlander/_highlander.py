@@ -205,8 +205,14 @@ class Highlander:
 
     @property
     def is_holder(self) -> bool:
-        """Whether this process holds the project right now."""
-        return self._reign is not None and not self._deposed.is_set() and not self._released
+        """Whether this process holds the project right now (never in a forked child)."""
+        reign = self._reign
+        return (
+            reign is not None
+            and reign.lock.held
+            and not self._deposed.is_set()
+            and not self._released
+        )
 
     @property
     def mode(self) -> Mode:
@@ -234,10 +240,22 @@ class Highlander:
                 f"generation {self.generation} is over: the project is at generation "
                 f"{record.generation} (pid {record.pid})"
             )
+        if not self._reign.lock.held:
+            raise Deposed(
+                f"this process is a fork of the holder of generation {self.generation}: "
+                "only the process that claimed the project holds it"
+            )
 
     def release(self) -> None:
-        """Give the project up cleanly; idempotent, also runs at interpreter exit."""
+        """Give the project up cleanly; idempotent, also runs at interpreter exit.
+
+        In a forked child it does nothing: the project is the parent's.
+        """
         if self._reign is None or self._released or self._deposed.is_set():
+            return
+        if not self._reign.lock.held:
+            # A forked child (whose copies were closed at fork), or a reign
+            # that is ending itself right now (stepping down, orphaned).
             return
         with self._serving:
             self._released = True

@@ -5,6 +5,9 @@ A new listener binds at a private name in the runtime directory, then
 file is atomic and no path a live listener may own is ever unlinked (a live
 listener implies a live lock, which the caller could not have taken).  A
 successor adopts its predecessor's listener instead (``SCM_RIGHTS``).
+A forked child closes its copy of every listener right after ``fork``
+(``os.register_at_fork``): a worker of the holder must not keep the
+socket listening (and unanswered) after the holder died.
 
 Kept apart from :mod:`highlander._claim` because ``socket`` is the dearest
 import on the claim path, and a process that finds the lock held (a
@@ -93,17 +96,43 @@ class Listener(Value):
         sock.close()
         return None
 
+    def _validate(self) -> None:
+        # Every way to make a listener (bind, adopt, _replace) ends here: the
+        # fork handler must know them all.
+        _open.add(self.sock)
+
     def close(self, *, unlink: bool) -> None:
         """Stop listening; with ``unlink``, remove the public path if it is still ours.
 
         Only a holder unlinks, and only while it still holds the lock, so the
-        file it removes cannot belong to a live successor.
+        file it removes cannot belong to a live successor.  A listener a fork
+        already closed (in the child) never unlinks: the path is the parent's.
         """
-        if unlink and self.file_id is not None:
+        _open.discard(self.sock)
+        if unlink and self.file_id is not None and self.sock.fileno() >= 0:
             with contextlib.suppress(OSError):
                 if _file_id(self.path) == self.file_id:
                     os.unlink(self.path)
         self.sock.close()
+
+
+#: Listening sockets this process has open, for the fork handler below.
+_open: set[socket.socket] = set()
+
+
+def _close_in_child() -> None:
+    """After ``fork``, in the child: close its copies of the listeners.
+
+    The parent's sockets stay open and listening: its own descriptors still
+    refer to them.
+    """
+    for sock in list(_open):
+        with contextlib.suppress(OSError):
+            sock.close()
+    _open.clear()
+
+
+os.register_at_fork(after_in_child=_close_in_child)
 
 
 def _rename_into_place(tmp: str, path: str) -> None:
