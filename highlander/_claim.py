@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from highlander._listener import Listener
+    from highlander._rendezvous import ProjectPaths
 
 
 class ProjectLock:
@@ -120,6 +121,25 @@ class ProjectLock:
             os.pwrite(self.fd, data, 0)
             os.ftruncate(self.fd, len(data))
 
+    def located_at(self, path: str) -> str | None:
+        """Why the locked file is no longer the one at ``path``; ``None`` if it still is.
+
+        A lock on a file that was deleted or replaced guards nothing: a
+        newcomer locks whatever is at the path now.
+        """
+        if self.fd < 0:
+            return "the lock was released"
+        try:
+            mine = os.fstat(self.fd)
+            there = os.stat(path, follow_symlinks=False)
+        except FileNotFoundError:
+            return f"the lock file {path} was deleted"
+        except OSError as exc:
+            return f"the lock file {path} cannot be examined ({exc.strerror})"
+        if (mine.st_dev, mine.st_ino) != (there.st_dev, there.st_ino):
+            return f"the lock file {path} was replaced by another file"
+        return None
+
     def release(self) -> None:
         """Give the lock up (closing our descriptor; a successor's copy keeps it)."""
         _held.discard(self)
@@ -153,6 +173,37 @@ class Reign(Value):
     record: HolderRecord
     handoff: dict[str, Any] | None
     outcome: Outcome
+
+
+def unproven(reign: Reign, paths: ProjectPaths, generation: int) -> str | None:
+    """Why this process cannot prove that ``reign`` (of ``generation``) is current.
+
+    ``None`` only with proof: the record names a newer generation (fenced
+    out), or this process no longer has the locked descriptor (released, or
+    a fork of the holder), or the lock file at the rendezvous path is not the
+    file it locked (deleted, replaced, its directory wiped), or the record is
+    unreadable or names another process.  Each failure is the reason.
+    """
+    record = read_record(paths.state)
+    if record is not None and record.generation != generation:
+        return (
+            f"generation {generation} is over: the project is at generation "
+            f"{record.generation} (pid {record.pid})"
+        )
+    if not reign.lock.held:
+        return (
+            f"this process is a fork of the holder of generation {generation}: "
+            "only the process that claimed the project holds it"
+        )
+    unsure = f"generation {generation} cannot be proven current"
+    lost = reign.lock.located_at(paths.lock)
+    if lost is not None:
+        return f"{unsure}: {lost}, so another process may hold the project now"
+    if record is None:
+        return f"{unsure}: the record {paths.state} is missing or unreadable"
+    if record.pid != os.getpid():
+        return f"{unsure}: the record names pid {record.pid}, not this process ({os.getpid()})"
+    return None
 
 
 def claim_free(settings: Settings) -> Reign | None:

@@ -23,7 +23,7 @@ import pytest
 from proctools import WAIT, Child, Children
 from proctools_extra import OTHER_UID, Extras, last_stderr_line
 
-from highlander import _log
+from highlander import Deposed, Highlander, _log
 from highlander._rendezvous import ProjectPaths, project_paths
 
 APP = "child"  # the test child's default app name
@@ -290,3 +290,72 @@ def _forge_record(paths: ProjectPaths, **fields: object) -> None:
     record = json.loads(Path(paths.state).read_text())
     record.update(fields)
     Path(paths.state).write_text(json.dumps(record))
+
+
+# -- check_current() fails closed ----------------------------------------------------
+
+
+def _holder(tmp_path: Path) -> Highlander:
+    project = tmp_path / "project"
+    project.mkdir(exist_ok=True)
+    return Highlander(
+        app="api",
+        project=str(project),
+        runtime_dir=str(tmp_path / "rt"),
+        token="api-test-token-0123456789",
+        exit_when_orphaned=False,
+    ).acquire()
+
+
+def test_check_current_fails_when_lock_and_socket_were_deleted(tmp_path: Path) -> None:
+    hl = _holder(tmp_path)
+    try:
+        hl.check_current()
+        assert hl.settings is not None
+        os.unlink(hl.settings.paths.lock)
+        os.unlink(hl.settings.paths.socket)
+        with pytest.raises(Deposed, match=r"\.lock"):
+            hl.check_current()
+        # A newcomer now claims a fresh lock: only one of the two passes.
+        other = _holder(tmp_path)
+        other.check_current()
+        with pytest.raises(Deposed):
+            hl.check_current()
+        other.release()
+    finally:
+        hl.release()
+
+
+def test_check_current_fails_when_the_record_is_unreadable(tmp_path: Path) -> None:
+    hl = _holder(tmp_path)
+    try:
+        assert hl.settings is not None
+        os.unlink(hl.settings.paths.state)
+        os.mkdir(hl.settings.paths.state)
+        with pytest.raises(Deposed, match="record"):
+            hl.check_current()
+    finally:
+        hl.release()
+
+
+def test_check_current_fails_when_the_record_names_another_process(tmp_path: Path) -> None:
+    hl = _holder(tmp_path)
+    try:
+        assert hl.settings is not None
+        paths = hl.settings.paths
+        _forge_record(paths, pid=1)  # same generation, another pid
+        with pytest.raises(Deposed, match="pid 1"):
+            hl.check_current()
+    finally:
+        hl.release()
+
+
+def test_check_current_fails_when_the_runtime_dir_was_wiped(tmp_path: Path) -> None:
+    hl = _holder(tmp_path)
+    try:
+        assert hl.settings is not None
+        shutil.rmtree(hl.settings.paths.runtime_dir)
+        with pytest.raises(Deposed):
+            hl.check_current()
+    finally:
+        hl.release()
