@@ -17,6 +17,13 @@ which we could not have taken).
 on the SAVED frame), so the lock is never free between two reigns and no
 third process can slip in.
 
+**Forks.**  A forked child shares the lock's open file description, and a
+``flock`` lasts until the last descriptor of it closes: a worker forked by
+the holder would keep the project after the holder died.  So a child closes
+its copies of every held lock (and :mod:`highlander._listener` of every
+listener) right after ``fork`` (``os.register_at_fork``).  The parent's lock
+is untouched: its own descriptor still refers to the description.
+
 Every descriptor is close-on-exec.
 """
 
@@ -31,6 +38,7 @@ import time
 
 from highlander._errors import ForeignHolderError, RemoteProtocolError
 from highlander._events import Event, Outcome
+from highlander._files import lstat_problem, open_regular
 from highlander._identity import boot_id, cmdline, own_identity
 from highlander._record import (
     GENERATION_MAX,
@@ -48,6 +56,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from highlander._listener import Listener
+    from highlander._rendezvous import ProjectPaths
 
 
 class ProjectLock:
@@ -55,12 +64,21 @@ class ProjectLock:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
+        _held.add(self)
+
+    @property
+    def held(self) -> bool:
+        """Whether this process still has the locked descriptor (not released, not a fork)."""
+        return self.fd >= 0
 
     @classmethod
     def try_acquire(cls, path: str) -> ProjectLock | None:
-        """Take the lock without waiting; ``None`` if a live process holds it."""
-        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-        fd = os.open(path, flags, 0o600)
+        """Take the lock without waiting; ``None`` if a live process holds it.
+
+        Raises :class:`~highlander._errors.UnsafeFileError` when ``path`` is
+        not our own regular file (a FIFO, directory, symlink, another owner's).
+        """
+        fd = open_regular(path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -110,11 +128,48 @@ class ProjectLock:
             os.pwrite(self.fd, data, 0)
             os.ftruncate(self.fd, len(data))
 
+    def located_at(self, path: str) -> str | None:
+        """Why the locked file is no longer the one at ``path``; ``None`` if it still is.
+
+        A lock on a file that was deleted or replaced guards nothing: a
+        newcomer locks whatever is at the path now.
+        """
+        if self.fd < 0:
+            return "the lock was released"
+        try:
+            mine = os.fstat(self.fd)
+            there = os.stat(path, follow_symlinks=False)
+        except FileNotFoundError:
+            return f"the lock file {path} was deleted"
+        except OSError as exc:
+            return f"the lock file {path} cannot be examined ({exc.strerror})"
+        if (mine.st_dev, mine.st_ino) != (there.st_dev, there.st_ino):
+            return f"the lock file {path} was replaced by another file"
+        return None
+
     def release(self) -> None:
         """Give the lock up (closing our descriptor; a successor's copy keeps it)."""
+        _held.discard(self)
         if self.fd >= 0:
             fd, self.fd = self.fd, -1
             os.close(fd)
+
+
+#: Locks this process holds, for the fork handler below.
+_held: set[ProjectLock] = set()
+
+
+def _drop_in_child() -> None:
+    """After ``fork``, in the child: close its copies of the locks (see the module docstring)."""
+    for lock in list(_held):
+        if lock.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(lock.fd)
+            lock.fd = -1
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_drop_in_child)
 
 
 class Reign(Value):
@@ -125,6 +180,37 @@ class Reign(Value):
     record: HolderRecord
     handoff: dict[str, Any] | None
     outcome: Outcome
+
+
+def unproven(reign: Reign, paths: ProjectPaths, generation: int) -> str | None:
+    """Why this process cannot prove that ``reign`` (of ``generation``) is current.
+
+    ``None`` only with proof: the record names a newer generation (fenced
+    out), or this process no longer has the locked descriptor (released, or
+    a fork of the holder), or the lock file at the rendezvous path is not the
+    file it locked (deleted, replaced, its directory wiped), or the record is
+    unreadable or names another process.  Each failure is the reason.
+    """
+    record = read_record(paths.state)
+    if record is not None and record.generation != generation:
+        return (
+            f"generation {generation} is over: the project is at generation "
+            f"{record.generation} (pid {record.pid})"
+        )
+    if not reign.lock.held:
+        return (
+            f"this process is a fork of the holder of generation {generation}: "
+            "only the process that claimed the project holds it"
+        )
+    unsure = f"generation {generation} cannot be proven current"
+    lost = reign.lock.located_at(paths.lock)
+    if lost is not None:
+        return f"{unsure}: {lost}, so another process may hold the project now"
+    if record is None:
+        return f"{unsure}: the record {paths.state} is missing or unreadable"
+    if record.pid != os.getpid():
+        return f"{unsure}: the record names pid {record.pid}, not this process ({os.getpid()})"
+    return None
 
 
 def claim_free(settings: Settings) -> Reign | None:
@@ -148,7 +234,12 @@ def claim_free(settings: Settings) -> Reign | None:
         lock.release()
         raise
     outcome = Outcome.CLAIMED_STALE if stale else Outcome.CLAIMED_FREE
-    record = publish_record(settings, lock, successor_of=None)
+    try:
+        record = publish_record(settings, lock, successor_of=None)
+    except BaseException:
+        listener.close(unlink=True)  # ours: we still hold the lock
+        lock.release()
+        raise
     if stale:
         settings.events.emit(Event.STALE_CLEARED, socket=settings.paths.socket)
     settings.events.emit(Event.CLAIMED, outcome=outcome, generation=record.generation)
@@ -169,6 +260,9 @@ def publish_record(
     ever grows, even after the record was damaged or deleted.
     """
     previous = read_record(settings.paths.state)
+    if previous is None and (why := lstat_problem(settings.paths.state)) is not None:
+        # Not a record (a FIFO, a symlink, ...): the write below replaces it.
+        settings.events.emit(Event.UNSAFE_FILE, path=settings.paths.state, reason=why)
     floor = max(lock.stored_generation(), successor_of or 0)
     record = new_record(settings, previous, successor_of=successor_of, floor=floor)
     write_record(settings.paths.state, record)

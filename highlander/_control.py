@@ -17,6 +17,7 @@ from typing import Any
 from highlander._client import Greeting, Mismatch, QueueFull, Silent, connect, greet
 from highlander._connection import Closed
 from highlander._errors import HighlanderError, IncumbentUnreachableError, SuccessionRefused
+from highlander._files import open_regular
 from highlander._messages import (
     AckSuccession,
     Intent,
@@ -46,9 +47,13 @@ class HolderStatus:
 
 
 def lock_is_held(path: str) -> bool:
-    """Whether a live process holds the project's lock (a try that is undone at once)."""
+    """Whether a live process holds the project's lock (a try that is undone at once).
+
+    Raises :class:`~highlander._errors.UnsafeFileError` when ``path`` is not
+    our own regular file (opening a FIFO read-only would wait for a writer).
+    """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = open_regular(path, os.O_RDONLY)
     except FileNotFoundError:
         return False
     try:

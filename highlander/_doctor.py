@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from highlander._errors import HighlanderError
+from highlander._files import problem, unsafe
 from highlander._modes import MODE_VAR, resolve_mode
 from highlander._rendezvous import (
     RUNTIME_VAR,
@@ -39,6 +40,7 @@ def diagnose(
     findings: list[Finding] = []
     directory = choose_runtime_dir(runtime_dir, env=env)
     findings.append(_runtime_dir(directory))
+    findings.extend(_runtime_files(directory))
     try:
         root = project_root(project, env=env)
         paths = project_paths(directory, app, root)
@@ -76,6 +78,48 @@ def _runtime_dir(path: str) -> Finding:
     if mode & 0o077:
         return Finding(FAIL, "runtime dir", f"{path} has mode {mode:04o}", f"chmod 700 {path}")
     return Finding(OK, "runtime dir", f"{path} (mode {mode:04o}, yours)")
+
+
+#: What each name in the runtime directory must be (by suffix); others are not ours.
+_EXPECTED = (
+    (".sock", "a socket"),
+    (".lock", "a regular file"),
+    (".state", "a regular file"),
+    (".events.jsonl", "a regular file"),
+    (".events.jsonl.1", "a regular file"),
+    (".tmp", "a regular file"),
+)
+
+
+def _expected_kind(name: str) -> str | None:
+    if name == SECRET_FILE:
+        return "a regular file"
+    if name.startswith("."):  # a listener's private name before its rename
+        return "a socket"
+    return next((kind for suffix, kind in _EXPECTED if name.endswith(suffix)), None)
+
+
+def _runtime_files(directory: str) -> list[Finding]:
+    """One finding per file in the runtime directory that Highlander could not use."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return []  # absent, or not a directory: the runtime dir check says so
+    findings: list[Finding] = []
+    for entry in sorted(entries, key=lambda e: e.name):
+        want = _expected_kind(entry.name)
+        if want is None:
+            continue
+        try:
+            why = problem(entry.stat(follow_symlinks=False), want=want)
+        except OSError:
+            continue  # removed meanwhile
+        if why is not None:
+            fix = str(unsafe(entry.path, why))
+            findings.append(Finding(FAIL, "runtime file", f"{entry.path}: {why}", fix))
+    if not findings:
+        findings.append(Finding(OK, "runtime files", f"every file in {directory} is as expected"))
+    return findings
 
 
 def _proc() -> Finding:

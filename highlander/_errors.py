@@ -18,6 +18,7 @@
     ├── Deposed                         this process no longer holds the project
     ├── ConfigurationError              a bad option or environment variable
     ├── UnsafeRuntimeDirError           the runtime directory could be tampered with
+    │   └── UnsafeFileError             a file in it is not what Highlander keeps there
     ├── SocketPathTooLongError          no socket name fits the kernel's sun_path
     └── UnsafeSecretError               the per-user secret file could be read by others
 
@@ -122,6 +123,21 @@ class UnsafeRuntimeDirError(HighlanderError):
     command that fixes it; alternatively point ``HIGHLANDER_RUNTIME_DIR`` at a
     private directory.
     """
+
+
+class UnsafeFileError(UnsafeRuntimeDirError):
+    """Raised when a file in the runtime directory is not what Highlander keeps there.
+
+    The lock file, the record and the event log must be regular files and the
+    socket a socket, each owned by the current user; a FIFO, a directory, a
+    symlink or another owner's file at one of those names was planted or left
+    by something else.  ``path`` names the file; the message says what it is
+    and how to fix it (usually: remove it and start again).
+    """
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class SocketPathTooLongError(HighlanderError):

@@ -5,7 +5,10 @@ peer pid, generation, mode, duration, reason).  The per-project log
 ``<name>.events.jsonl`` is append-only; each line is written with a single
 ``write`` on an ``O_APPEND`` descriptor, so concurrent processes never
 interleave within a line.  When it grows past ``max_bytes`` it is rotated to
-``.1`` (one old generation kept) by whoever notices first.
+``.1`` (one old generation kept) by whoever notices first.  The file is
+opened without trust (:mod:`highlander._files`): if something other than our
+own regular file sits at its name, events go to stderr only, with one
+warning naming the file and the fix.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import json
 import os
 import time
 
-from highlander._log import log
+from highlander._errors import HighlanderError
+from highlander._files import open_regular
+from highlander._log import log, warn_once
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
@@ -57,6 +62,7 @@ class Event(enum.StrEnum):
     ORPHANED = "orphaned"  # the holder's parent (its client) is gone
     LEGACY_REMOVED = "legacy_removed"
     LEGACY_KEPT = "legacy_kept"
+    UNSAFE_FILE = "unsafe_file"  # something other than our regular file had a file's name
 
 
 class Outcome(enum.StrEnum):
@@ -110,11 +116,12 @@ class EventLog:
 
     def _append(self, line: str) -> None:
         assert self.path is not None
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
         try:
-            fd = os.open(self.path, flags, 0o600)
-        except OSError as exc:
-            log("warning", "event_log_unwritable", path=self.path, error=exc.strerror)
+            fd = open_regular(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        except (OSError, HighlanderError) as exc:
+            reason = str(exc) if isinstance(exc, HighlanderError) else exc.strerror
+            # Once per process and file: every event would repeat it.
+            warn_once(f"event-log:{self.path}", "event_log_unusable", path=self.path, error=reason)
             return
         try:
             if os.fstat(fd).st_size >= self.max_bytes:
@@ -125,9 +132,17 @@ class EventLog:
 
     def _rotate(self) -> None:
         assert self.path is not None
-        # A concurrent rotation may win the race; losing it costs nothing.
-        with contextlib.suppress(OSError):
+        try:
             os.replace(self.path, self.path + ".1")
+        except FileNotFoundError:
+            pass  # a concurrent rotation won the race; losing it costs nothing
+        except OSError as exc:  # e.g. a directory at the rotated name: say so once
+            warn_once(
+                f"event-log-rotation:{self.path}",
+                "event_log_unrotatable",
+                path=self.path + ".1",
+                error=exc.strerror,
+            )
 
 
 _WARNINGS = frozenset(
@@ -146,6 +161,7 @@ _WARNINGS = frozenset(
         Event.TERMINATED,
         Event.KILLED,
         Event.LEGACY_KEPT,
+        Event.UNSAFE_FILE,
     }
 )
 
@@ -176,10 +192,11 @@ def read_new_events(path: str, offset: int) -> tuple[list[dict[str, Any]], int]:
     Only complete lines count: a line still being written is left for the
     next call.  A file shorter than ``offset`` was rotated, so it is read
     from its start.  Lines that are not JSON objects (a torn write after a
-    crash) are skipped, as in :func:`read_events`.
+    crash) are skipped, as in :func:`read_events`.  Anything but our own
+    regular file at ``path`` raises :class:`~highlander._errors.UnsafeFileError`.
     """
     try:
-        with open(path, "rb") as handle:
+        with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as handle:
             if os.fstat(handle.fileno()).st_size < offset:
                 offset = 0
             handle.seek(offset)

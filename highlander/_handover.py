@@ -25,7 +25,7 @@ from highlander._client import Greeting
 from highlander._commit import Answer, Verdict, newcomer_decides
 from highlander._connection import Closed
 from highlander._deadlines import Phase
-from highlander._errors import Reason, TakeoverError
+from highlander._errors import Reason, TakeoverError, UnsafeFileError
 from highlander._events import Event
 from highlander._identity import Expected, let_go
 from highlander._messages import AckSuccession, Refused, Saved
@@ -55,7 +55,7 @@ async def conclude(
     try:
         try:
             staged = prepare_takeover(settings, lock, generation=saved.generation)
-        except OSError as exc:
+        except (OSError, UnsafeFileError) as exc:
             raise await _decline(settings, greeting, exc) from exc
         answer = Answer.SILENT
         try:
@@ -113,10 +113,14 @@ async def _hear(greeting: Greeting, answer: Answer) -> Answer:
     return Answer.CLOSED if answer is Answer.SILENT else answer
 
 
-async def _decline(settings: Settings, greeting: Greeting, exc: OSError) -> TakeoverError:
+async def _decline(
+    settings: Settings, greeting: Greeting, exc: OSError | UnsafeFileError
+) -> TakeoverError:
     """Tell the incumbent we cannot take over (it keeps the project); the error to raise."""
-    where = exc.filename or settings.paths.state
-    why = exc.strerror or str(exc)
+    if isinstance(exc, UnsafeFileError):
+        where, why = exc.path, str(exc)
+    else:
+        where, why = exc.filename or settings.paths.state, exc.strerror or str(exc)
     detail = f"the successor cannot write {where}: {why}"
     refused = Refused(Reason.PREPARE, detail[:1024])
     try:

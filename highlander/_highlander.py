@@ -20,12 +20,12 @@ import time
 from collections.abc import Callable
 from types import TracebackType
 
-from highlander._claim import Reign, claim_free
+from highlander._claim import Reign, claim_free, unproven
 from highlander._errors import Deposed, ForeignHolderError, HighlanderError
 from highlander._events import Event, Outcome
 from highlander._log import flush, log
 from highlander._modes import Mode, ThrashPolicy
-from highlander._record import HolderRecord, read_record
+from highlander._record import HolderRecord
 from highlander._settings import Settings
 from highlander._threads import hold, start_daemon
 
@@ -205,8 +205,14 @@ class Highlander:
 
     @property
     def is_holder(self) -> bool:
-        """Whether this process holds the project right now."""
-        return self._reign is not None and not self._deposed.is_set() and not self._released
+        """Whether this process holds the project right now (never in a forked child)."""
+        reign = self._reign
+        return (
+            reign is not None
+            and reign.lock.held
+            and not self._deposed.is_set()
+            and not self._released
+        )
 
     @property
     def mode(self) -> Mode:
@@ -215,12 +221,16 @@ class Highlander:
         return self.settings.mode
 
     def check_current(self) -> None:
-        """Raise :class:`Deposed` unless this process still holds the project.
+        """Raise :class:`Deposed` unless this process can prove it still holds the project.
 
-        Call it before a critical write: it checks the in-process state and
-        the generation on disk (fencing), so a deposed holder learns it.
+        Call it before a critical write.  It fails closed: it passes only if
+        this process (not a fork of it) still has the locked descriptor, the
+        lock file at the rendezvous path is that same file (not deleted, not
+        replaced, its directory not wiped), and the record on disk is
+        readable and names this pid and generation (fencing).
         """
-        if self._reign is None:
+        reign = self._reign
+        if reign is None:
             raise Deposed(
                 "this process never held the project: it runs as a duplicate "
                 f"({self.outcome.value if self.outcome else 'not acquired'})"
@@ -228,16 +238,20 @@ class Highlander:
         if self._deposed.is_set() or self._released:
             raise Deposed(f"generation {self.generation} ended: another process holds it now")
         assert self.settings is not None
-        record = read_record(self.settings.paths.state)
-        if record is not None and record.generation != self.generation:
-            raise Deposed(
-                f"generation {self.generation} is over: the project is at generation "
-                f"{record.generation} (pid {record.pid})"
-            )
+        why = unproven(reign, self.settings.paths, self.generation)
+        if why is not None:
+            raise Deposed(why)
 
     def release(self) -> None:
-        """Give the project up cleanly; idempotent, also runs at interpreter exit."""
+        """Give the project up cleanly; idempotent, also runs at interpreter exit.
+
+        In a forked child it does nothing: the project is the parent's.
+        """
         if self._reign is None or self._released or self._deposed.is_set():
+            return
+        if not self._reign.lock.held:
+            # A forked child (whose copies were closed at fork), or a reign
+            # that is ending itself right now (stepping down, orphaned).
             return
         with self._serving:
             self._released = True

@@ -177,8 +177,16 @@ def let_go(pid: int, start_time: int, file_id: tuple[int, int]) -> bool:
     return True
 
 
-def holds_open(pid: int, path: str) -> bool:
-    """Whether process ``pid`` has ``path`` (same device and inode) open right now."""
+def holds_lock(pid: int, path: str) -> bool:
+    """Whether process ``pid`` holds the exclusive ``flock`` on the file at ``path``.
+
+    Having the file open is not enough (anyone may open it read-only): one
+    of ``pid``'s descriptors must be the open file description that owns the
+    lock.  ``/proc/<pid>/fdinfo/<fd>`` lists exactly the locks owned by that
+    descriptor's description, in ``/proc/locks``' format.  ``/proc/locks``
+    itself is no proof: it names the process that called ``flock``, which
+    after a succession is the predecessor (the lock came with ``SCM_RIGHTS``).
+    """
     try:
         target = os.stat(path, follow_symlinks=False)
         names = os.listdir(f"/proc/{pid}/fd")
@@ -188,18 +196,29 @@ def holds_open(pid: int, path: str) -> bool:
     for name in names:
         try:
             st = os.stat(f"/proc/{pid}/fd/{name}")
+            if (st.st_dev, st.st_ino) != wanted:
+                continue
+            with open(f"/proc/{pid}/fdinfo/{name}", "rb") as handle:
+                info = handle.read()
         except OSError:
             continue
-        if (st.st_dev, st.st_ino) == wanted:
+        if any(_is_write_flock(line) for line in info.splitlines()):
             return True
     return False
+
+
+def _is_write_flock(line: bytes) -> bool:
+    # "lock:\t1: FLOCK  ADVISORY  WRITE 1234 fe:00:2147010 0 EOF"; a process
+    # still waiting for the lock shows "1: -> FLOCK ..." and does not count.
+    fields = line.split()
+    return fields[:1] == [b"lock:"] and fields[2:3] == [b"FLOCK"] and fields[4:5] == [b"WRITE"]
 
 
 class Expected(Value):
     """Who a process must be before Highlander may signal it.
 
-    ``lock_path``, when set, must be open in the process: proof from the
-    kernel that it is the one holding the project's lock.  ``boot_id``, when
+    ``lock_path``, when set, must be locked by the process (:func:`holds_lock`):
+    proof from the kernel that it is the one holding the project's lock.  ``boot_id``, when
     set, must be this boot's (start times restart at every boot).
     """
 
@@ -227,6 +246,6 @@ def mismatch(expected: Expected) -> str | None:
     for failed, what in problems:
         if failed:
             return f"pid {pid} {what}, unlike the holder"
-    if expected.lock_path is not None and not holds_open(pid, expected.lock_path):
-        return f"pid {pid} does not hold the project's lock file"
+    if expected.lock_path is not None and not holds_lock(pid, expected.lock_path):
+        return f"pid {pid} does not hold the project's lock (having its file open is not enough)"
     return None

@@ -5,6 +5,9 @@ A new listener binds at a private name in the runtime directory, then
 file is atomic and no path a live listener may own is ever unlinked (a live
 listener implies a live lock, which the caller could not have taken).  A
 successor adopts its predecessor's listener instead (``SCM_RIGHTS``).
+A forked child closes its copy of every listener right after ``fork``
+(``os.register_at_fork``): a worker of the holder must not keep the
+socket listening (and unanswered) after the holder died.
 
 Kept apart from :mod:`highlander._claim` because ``socket`` is the dearest
 import on the claim path, and a process that finds the lock held (a
@@ -18,6 +21,7 @@ import os
 import socket
 
 from highlander._errors import ForeignHolderError
+from highlander._files import lstat_problem, unsafe
 from highlander._identity import peer_credentials, process_identity
 from highlander._rendezvous import PRIVATE_TAG_CHARS, ProjectPaths
 from highlander._values import Value
@@ -48,7 +52,7 @@ class Listener(Value):
             os.chmod(tmp, 0o600)
             sock.listen(BACKLOG)
             stale = os.path.lexists(paths.socket)
-            os.rename(tmp, paths.socket)
+            _rename_into_place(tmp, paths.socket)
         except BaseException:
             sock.close()
             with contextlib.suppress(OSError):
@@ -99,17 +103,58 @@ class Listener(Value):
         """
         self.sock.listen(BACKLOG)
 
+    def _validate(self) -> None:
+        # Every way to make a listener (bind, adopt, _replace) ends here: the
+        # fork handler must know them all.
+        _open.add(self.sock)
+
     def close(self, *, unlink: bool) -> None:
         """Stop listening; with ``unlink``, remove the public path if it is still ours.
 
         Only a holder unlinks, and only while it still holds the lock, so the
-        file it removes cannot belong to a live successor.
+        file it removes cannot belong to a live successor.  A listener a fork
+        already closed (in the child) never unlinks: the path is the parent's.
         """
-        if unlink and self.file_id is not None:
+        _open.discard(self.sock)
+        if unlink and self.file_id is not None and self.sock.fileno() >= 0:
             with contextlib.suppress(OSError):
                 if _file_id(self.path) == self.file_id:
                     os.unlink(self.path)
         self.sock.close()
+
+
+#: Listening sockets this process has open, for the fork handler below.
+_open: set[socket.socket] = set()
+
+
+def _close_in_child() -> None:
+    """After ``fork``, in the child: close its copies of the listeners.
+
+    The parent's sockets stay open and listening: its own descriptors still
+    refer to them.
+    """
+    for sock in list(_open):
+        with contextlib.suppress(OSError):
+            sock.close()
+    _open.clear()
+
+
+os.register_at_fork(after_in_child=_close_in_child)
+
+
+def _rename_into_place(tmp: str, path: str) -> None:
+    """Rename the bound socket over ``path``; one line naming it if that cannot be done.
+
+    A rename replaces a stale socket, a FIFO, a regular file or a symlink
+    without opening or following it; only a directory resists.
+    """
+    try:
+        os.rename(tmp, path)
+    except OSError:
+        why = lstat_problem(path, want="a socket")
+        if why is None:
+            raise
+        raise unsafe(path, why) from None
 
 
 def _file_id(path: str) -> tuple[int, int]:

@@ -40,7 +40,7 @@ from highlander._errors import (
 )
 from highlander._events import Event
 from highlander._handover import conclude
-from highlander._identity import Expected, holds_open, own_identity
+from highlander._identity import Expected, holds_lock, own_identity
 from highlander._messages import Busy, Intent, ProgressReport, Refused, Save, Saved
 from highlander._modes import Mode
 from highlander._observe import record_target
@@ -322,7 +322,7 @@ def _silent(
         )
     if target.pid == os.getpid():
         raise _claimed_twice(settings)
-    if target.pid != greeting.pid or not holds_open(target.pid, settings.paths.lock):
+    if target.pid != greeting.pid or not holds_lock(target.pid, settings.paths.lock):
         # Either a successor serves the inherited listener before its record
         # exists, or the recorded holder has committed a handover (it let go
         # of the lock) and its successor has not taken the listener yet.

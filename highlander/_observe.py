@@ -3,9 +3,9 @@
 The verdict, that this process runs as a duplicate, is the kernel's: the
 project's lock is held.  Who holds it comes from the holder's record,
 checked against ``/proc`` (pid, start time, executable, uid, boot id, and
-that the process holds the project's lock file open).  That takes tens of
-microseconds and no cryptography, so a duplicate knows its verified holder
-almost as soon as a lock-file library knows "locked".
+that the process holds the project's lock, not merely its file).  That
+takes tens of microseconds and no cryptography, so a duplicate knows its
+verified holder almost as soon as a lock-file library knows "locked".
 
 The signed look at the holder (its HELLO, verified with the token and
 against the kernel) then runs on a daemon thread: it reports a holder that

@@ -4,17 +4,21 @@ Written only by the process that holds the lock, atomically (a private
 temporary file renamed over the old record), so readers see either the old
 record or the new one, never a torn one.  It carries the fencing generation
 (+1 per claim) and the recent succession times the anti-thrash rule counts.
-A newcomer reads it to name the incumbent (WARN) and, before it would ever
-signal a process that cannot answer, to verify who that process is.
+Whatever sits at its name is opened without trust (:mod:`highlander._files`):
+a FIFO, a directory or a symlink there is no record, and the next write
+replaces it (or, for a directory, which a rename cannot replace, fails in
+one line).  A newcomer reads it to name the incumbent (WARN) and, before it
+would ever signal a process that cannot answer, to verify who that process is.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 
+from highlander._errors import HighlanderError
+from highlander._files import lstat_problem, open_regular, unsafe
 from highlander._values import Value
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
@@ -42,14 +46,15 @@ def read_record(path: str) -> HolderRecord | None:
     """Return the record at ``path``, or ``None`` if absent or unreadable.
 
     A corrupt record is treated as absent: it only ever informs, it never
-    decides who holds the project (the lock does).
+    decides who holds the project (the lock does).  So is anything that is
+    not our own regular file (a FIFO there must not hang the reader).
     """
     try:
-        with open(path, "rb") as handle:
+        with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as handle:
             data: Any = json.loads(handle.read(1024 * 1024))
         # Records written before these fields existed lack them.
         record = HolderRecord(**{"cmdline": [], "successions_ms": [], **data})
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, HighlanderError):
         return None
     return record if _plausible(record) else None
 
@@ -81,7 +86,12 @@ def _plausible(record: HolderRecord) -> bool:
 
 
 def write_record(path: str, record: HolderRecord) -> None:
-    """Replace the record at ``path`` atomically (caller holds the lock)."""
+    """Replace the record at ``path`` atomically (caller holds the lock).
+
+    A FIFO or symlink at ``path`` is replaced (``rename`` never follows or
+    opens it); a directory cannot be, which raises
+    :class:`~highlander._errors.UnsafeFileError` naming it.
+    """
     install_record(stage_record(path, record), path)
 
 
@@ -90,14 +100,14 @@ def stage_record(path: str, record: HolderRecord) -> str:
 
     Everything that can fail for want of space or permission fails here, so
     a successor stages its record *before* the handover commits and only
-    renames it into place after (:func:`install_record`).  A ``path`` that
-    exists and is a directory is refused here too: a rename could not replace it.
+    renames it into place after (:func:`install_record`).  A directory at
+    ``path`` is refused here too (:class:`~highlander._errors.UnsafeFileError`):
+    a rename could not replace it.
     """
     if os.path.isdir(path) and not os.path.islink(path):
-        raise IsADirectoryError(errno.EISDIR, "is a directory, not a record", path)
+        raise unsafe(path, lstat_problem(path) or "it is a directory")
     tmp = f"{path}.{os.urandom(6).hex()}.tmp"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
-    fd = os.open(tmp, flags, 0o600)
+    fd = open_regular(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(json.dumps(record._asdict(), separators=(",", ":")).encode())
@@ -111,6 +121,12 @@ def install_record(staged: str, path: str) -> None:
     """Rename a staged record over ``path`` (needs no space: the data is written)."""
     try:
         os.replace(staged, path)
+    except OSError:
+        discard_record(staged)
+        why = lstat_problem(path)
+        if why is None:
+            raise
+        raise unsafe(path, why) from None
     except BaseException:
         discard_record(staged)
         raise

@@ -8,7 +8,8 @@ kernel refuses.  The procedure, for an incumbent that missed a deadline
 
 1. open a pidfd on the pid;
 2. verify through /proc: start time, uid, executable, and (when the evidence
-   is the holder's record) that it holds the project's lock file open;
+   is the holder's record) that it holds the ``flock`` on the project's lock
+   file (its descriptor owns the lock: having the file open is not enough);
 3. SIGTERM; wait ``term_grace`` on the pidfd (readable when the process
    ends: event-driven, no polling);
 4. SIGKILL; wait until it is gone.

@@ -15,6 +15,7 @@ import stat
 from collections.abc import Mapping
 
 from highlander._errors import UnsafeSecretError
+from highlander._files import kind
 from highlander._log import warn_once
 from highlander._values import Value
 
@@ -106,7 +107,7 @@ def load_or_create_secret(runtime_dir: str) -> bytes:
 
 def _secret_problem(st: os.stat_result) -> str | None:
     if not stat.S_ISREG(st.st_mode):
-        return "is not a regular file"
+        return f"is {kind(st.st_mode)}, not a regular file"
     if st.st_uid != os.geteuid():
         return f"is owned by uid {st.st_uid}, not by you"
     if st.st_mode & 0o077:

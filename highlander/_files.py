@@ -1,0 +1,99 @@
+"""Opening files in the runtime directory without trusting what is found there.
+
+Every file Highlander opens in the runtime directory (the lock, the record,
+the event log and its temporary and rotated names) goes through
+:func:`open_regular`: ``O_NOFOLLOW`` (a symlink is refused, never
+followed), ``O_NONBLOCK`` (opening a FIFO returns at once instead of
+waiting for a peer that never comes), ``O_CLOEXEC``; then ``fstat`` on the
+descriptor, which must be a regular file owned by us.  Anything else is one
+:class:`UnsafeFileError` that names the file, says what it is, and says how
+to fix it.  Reads and writes of regular files never block, so with these
+checks no call here can hang.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+from highlander._errors import UnsafeFileError, UnsafeRuntimeDirError
+
+SAFE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+_KINDS = (
+    (stat.S_ISLNK, "a symlink"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISREG, "a regular file"),
+)
+
+
+def kind(mode: int) -> str:
+    """What a file of ``st_mode`` is, in words ("a FIFO", "a directory", ...)."""
+    return next((name for test, name in _KINDS if test(mode)), "an unknown kind of file")
+
+
+def problem(st: os.stat_result, *, want: str = "a regular file") -> str | None:
+    """Why a file with status ``st`` may not be used as ``want``; ``None`` if it may."""
+    what = kind(st.st_mode)
+    if what != want:
+        return f"it is {what}, not {want}"
+    uid = os.geteuid()
+    if st.st_uid != uid:
+        return f"it is owned by uid {st.st_uid}, not by you (uid {uid})"
+    return None
+
+
+def unsafe(path: str, why: str) -> UnsafeFileError:
+    """The one-line error for ``path``, which cannot be used because ``why``."""
+    return UnsafeFileError(f"remove {path} ({why}) and start again", path=path)
+
+
+def lstat_problem(path: str, *, want: str = "a regular file") -> str | None:
+    """Why whatever is at ``path`` may not be used as ``want``; ``None`` if fine or absent."""
+    try:
+        return problem(os.lstat(path), want=want)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"it cannot be examined: {exc.strerror}"
+
+
+def open_regular(path: str, flags: int, mode: int = 0o600) -> int:
+    """Open ``path`` safely (see the module docstring); return the descriptor.
+
+    Raises :class:`UnsafeFileError` for anything but our own regular file,
+    :class:`UnsafeRuntimeDirError` when the directory itself vanished under
+    an ``O_CREAT``, and :class:`FileNotFoundError` when a file we only mean
+    to read is absent (callers treat that as "nothing yet").
+    """
+    try:
+        fd = os.open(path, flags | SAFE_FLAGS, mode)
+    except OSError as exc:
+        raise _open_failure(path, flags, exc) from None
+    try:
+        why = problem(os.fstat(fd))
+    except OSError as exc:  # pragma: no cover - fstat on an open descriptor
+        why = f"it cannot be examined: {exc.strerror}"
+    if why is not None:
+        os.close(fd)
+        raise unsafe(path, why)
+    return fd
+
+
+def _open_failure(path: str, flags: int, exc: OSError) -> OSError | UnsafeRuntimeDirError:
+    if exc.errno == errno.ENOENT:
+        if not flags & os.O_CREAT:
+            return exc  # nothing to read yet
+        return UnsafeRuntimeDirError(
+            f"the runtime directory {os.path.dirname(path)} vanished while in use (a /tmp "
+            "cleaner or a logout removes it): start again"
+        )
+    # ELOOP (a symlink), EISDIR, ENXIO (a FIFO without a reader, a socket),
+    # EACCES (another owner's file): say what is there.
+    why = lstat_problem(path) or f"it cannot be opened: {exc.strerror}"
+    return unsafe(path, why)
