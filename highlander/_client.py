@@ -55,6 +55,8 @@ class Silent(Value):
     pid: int
     closed: bool
     busy: bool = False
+    #: The kernel showed it stopped when the deadline passed.
+    halted: bool = False
 
 
 class Mismatch(Value):
@@ -120,9 +122,11 @@ async def greet(
     try:
         hello = await receive_event(sock, conn, waiter)
     except Overdue:
-        busy = looks_busy(before, run_state(peer.pid))
+        after = run_state(peer.pid)
+        busy = looks_busy(before, after)
         settings.events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="hello", busy=busy)
-        return Silent(peer.pid, closed=False, busy=busy)
+        halted = after is not None and after[0] in "Tt"
+        return Silent(peer.pid, closed=False, busy=busy, halted=halted)
     except SignatureError as exc:
         settings.events.emit(Event.AUTH_FAILED, peer_pid=peer.pid, reason=str(exc))
         raise AuthenticationError(

@@ -56,6 +56,7 @@ class Event(enum.StrEnum):
     IDENTITY_MISMATCH = "identity_mismatch"
     FOREIGN_LISTENER = "foreign_listener"  # a non-Highlander process listens on our path
     HUNG = "hung"  # the verified holder missed a deadline
+    SPARED = "spared"  # a holder judged hung ran again before the signal: not signalled
     OVERLOAD = "overload"  # the holder evicted idle connections to stay reachable
     TERMINATED = "terminated"  # SIGTERM sent (through a verified pidfd)
     KILLED = "killed"  # SIGKILL sent (through a verified pidfd)

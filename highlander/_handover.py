@@ -27,7 +27,7 @@ from highlander._connection import Closed
 from highlander._deadlines import Phase
 from highlander._errors import Reason, TakeoverError, UnsafeFileError
 from highlander._events import Event
-from highlander._identity import Expected, let_go
+from highlander._identity import Expected, is_halted, let_go
 from highlander._messages import AckSuccession, Refused, Saved
 from highlander._record import discard_record
 from highlander._settings import Settings
@@ -62,17 +62,11 @@ async def conclude(
             await send_frame(sock, conn.send(AckSuccession(), waiter.now()), waiter)
         except _BROKEN:
             answer = Answer.SEND_FAILED
-        answer = await _hear(greeting, answer)
-        file_id = os.fstat(lock.fd)
-        released = let_go(peer.pid, greeting.hello.start_time, (file_id.st_dev, file_id.st_ino))
-        verdict = newcomer_decides(answer, released)
+        verdict = await _verdict(settings, greeting, lock.fd, answer)
         if verdict is Verdict.END_INCUMBENT:
-            events.emit(Event.HUNG, peer_pid=peer.pid, phase=Phase.EXIT.value)
-            target = Expected(
-                peer.pid, greeting.hello.start_time, greeting.hello.exe, peer.uid, None, None
-            )
-            await terminate(target, settings.timeouts, events, "missed exit", waiter)
-            verdict = Verdict.COMMIT
+            # The incumbent may run again before the signal (it was only paused):
+            # then it is spared, and what it answers now decides.
+            verdict = await _end_incumbent(settings, greeting, lock.fd)
         if verdict is Verdict.ABORT:
             events.emit(
                 Event.HANDOVER_ABORTED,
@@ -97,6 +91,32 @@ async def conclude(
         predecessor=peer.pid,
         started=started,
     )
+
+
+async def _verdict(settings: Settings, greeting: Greeting, lock_fd: int, answer: Answer) -> Verdict:
+    """Hear the incumbent's answer, then ask the kernel whether it let go of the lock."""
+    answer = await _hear(greeting, answer)
+    st = os.fstat(lock_fd)
+    released = let_go(greeting.peer.pid, greeting.hello.start_time, (st.st_dev, st.st_ino))
+    return newcomer_decides(answer, released)
+
+
+async def _end_incumbent(settings: Settings, greeting: Greeting, lock_fd: int) -> Verdict:
+    """End the silent incumbent by the verified kill; or, if it resumed meanwhile, hear it again."""
+    events, peer, hello = settings.events, greeting.peer, greeting.hello
+    target = Expected(peer.pid, hello.start_time, hello.exe, peer.uid, None, None)
+    halted = is_halted(peer.pid)
+    events.emit(Event.HUNG, peer_pid=peer.pid, phase=Phase.EXIT.value)
+    waiter = greeting.waiter
+    if await terminate(target, settings.timeouts, events, "missed exit", waiter, halted=halted):
+        return Verdict.COMMIT
+    # Its deadline is behind us: give the resumed incumbent a fresh exit_grace.
+    await waiter.readable(greeting.sock, settings.timeouts.exit_grace)
+    verdict = await _verdict(settings, greeting, lock_fd, Answer.SILENT)
+    if verdict is Verdict.END_INCUMBENT:  # silent again though running: hung after all
+        await terminate(target, settings.timeouts, events, "missed exit", waiter)
+        return Verdict.COMMIT
+    return verdict
 
 
 async def _hear(greeting: Greeting, answer: Answer) -> Answer:

@@ -102,6 +102,12 @@ def run_state(pid: int) -> tuple[str, int] | None:
         return None
 
 
+def is_halted(pid: int) -> bool:
+    """Whether the kernel shows ``pid`` stopped (SIGSTOP, a tracer) or gone."""
+    state = run_state(pid)
+    return state is None or state[0] in "TtZXx"
+
+
 def _status_uid(pid: int) -> int:
     with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as handle:
         for line in handle:

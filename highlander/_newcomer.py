@@ -40,7 +40,7 @@ from highlander._errors import (
 )
 from highlander._events import Event
 from highlander._handover import conclude
-from highlander._identity import Expected, holds_lock, own_identity
+from highlander._identity import Expected, holds_lock, is_halted, own_identity
 from highlander._messages import Busy, Intent, ProgressReport, Refused, Save, Saved
 from highlander._modes import Mode
 from highlander._observe import record_target
@@ -75,10 +75,11 @@ class _Wait(Value):
 
 
 class _Hung(Value):
-    """The holder ``expected`` missed its ``phase`` deadline."""
+    """The holder ``expected`` missed its ``phase`` deadline (``halted``: stopped meanwhile)."""
 
     expected: Expected
     phase: str
+    halted: bool = False
 
 
 class _Transition(Value):
@@ -217,7 +218,8 @@ class _Progress:
             return True
         if isinstance(result, _Hung):
             events.emit(Event.HUNG, peer_pid=result.expected.pid, phase=result.phase)
-            await terminate(result.expected, timeouts, events, f"missed {result.phase}", waiter)
+            why = f"missed {result.phase}"
+            await terminate(result.expected, timeouts, events, why, waiter, halted=result.halted)
             return True
         if isinstance(result, Mismatch):
             # A client that connected while the listener was being handed over
@@ -275,7 +277,8 @@ async def _end_unreachable_holder(settings: Settings, waiter: Waiter, *, queue_f
     if target.pid == os.getpid():
         raise _claimed_twice(settings)
     settings.events.emit(Event.HUNG, peer_pid=target.pid, phase="queue" if queue_full else "socket")
-    await terminate(target, settings.timeouts, settings.events, why, waiter)
+    halted = is_halted(target.pid)
+    await terminate(target, settings.timeouts, settings.events, why, waiter, halted=halted)
 
 
 async def _attempt(
@@ -331,7 +334,7 @@ def _silent(
         return _Fresh(target, record.generation)
     if greeting.busy:
         return _Busy(target)
-    return _Hung(target, Phase.HELLO.value)
+    return _Hung(target, Phase.HELLO.value, greeting.halted)
 
 
 def _claimed_twice(settings: Settings) -> ConfigurationError:
@@ -367,7 +370,8 @@ async def _succeed(
             events.emit(Event.PROGRESS, peer_pid=peer.pid, counter=event.counter, note=event.note)
             event = await receive_event(sock, conn, waiter, fds)
     except Overdue as exc:
-        return _Hung(_hello_target(greeting, settings.paths.lock), exc.deadline.phase.value)
+        target = _hello_target(greeting, settings.paths.lock)
+        return _Hung(target, exc.deadline.phase.value, is_halted(peer.pid))
     if isinstance(event, Closed):
         events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="save", reason="incumbent vanished")
         return _RETRY

@@ -26,7 +26,7 @@ import signal
 from highlander._deadlines import Timeouts
 from highlander._errors import ForeignHolderError, IncumbentUnreachableError
 from highlander._events import Event, EventLog
-from highlander._identity import Expected, mismatch
+from highlander._identity import Expected, is_halted, mismatch
 from highlander._waiting import Waiter
 
 #: How long a SIGKILLed process may take to be gone (uninterruptible sleep can delay it).
@@ -49,16 +49,29 @@ async def wait_for_exit(pid: int, timeout: float, waiter: Waiter) -> bool:
 
 
 async def terminate(
-    expected: Expected, timeouts: Timeouts, events: EventLog, why: str, waiter: Waiter
-) -> None:
-    """SIGTERM then SIGKILL the verified process ``expected``; return once it is gone."""
+    expected: Expected,
+    timeouts: Timeouts,
+    events: EventLog,
+    why: str,
+    waiter: Waiter,
+    *,
+    halted: bool = False,
+) -> bool:
+    """SIGTERM then SIGKILL the verified process ``expected``; ``True`` once it is gone.
+
+    ``halted``: the verdict was taken while the kernel showed it stopped.  If
+    it runs again by the time the signal would go (SIGCONT after a pause, a
+    debugger detached), it is no longer hung: it is spared and this returns
+    ``False`` (the caller asks it again).  No kernel call signals "only if
+    still stopped", so the check comes last, right before the signal.
+    """
     if expected.pid == os.getpid():
         # Last line of defence: callers detect this case and say what to do.
         raise ForeignHolderError(f"refusing to signal this process itself (pid {expected.pid})")
     try:
         fd = os.pidfd_open(expected.pid)
     except ProcessLookupError:
-        return
+        return True
     except (OSError, OverflowError) as exc:  # pid 0, negative, or beyond pid_t
         raise ForeignHolderError(
             f"the holder's record names pid {expected.pid}, which no process can have "
@@ -70,21 +83,25 @@ async def terminate(
             # A process in the middle of exiting has lost its exe and fds but
             # its pidfd is not readable yet: give it a moment to finish.
             if not _alive(fd) or await waiter.readable(fd, EXITING_WAIT):
-                return
+                return True
             events.emit(Event.IDENTITY_MISMATCH, peer_pid=expected.pid, reason=problem)
             raise ForeignHolderError(
                 f"pid {expected.pid} holds the project but is not the verified incumbent "
                 f"({problem}); Highlander never signals an unverified process: stop it yourself"
             )
+        if halted and not is_halted(expected.pid) and _alive(fd):
+            events.emit(Event.SPARED, peer_pid=expected.pid, reason=f"{why}, then resumed")
+            return False
         _signal(fd, signal.SIGTERM, expected, events, Event.TERMINATED, why)
         if await waiter.readable(fd, timeouts.term_grace):
-            return
+            return True
         _signal(fd, signal.SIGKILL, expected, events, Event.KILLED, why)
         if not await waiter.readable(fd, KILL_WAIT):
             raise IncumbentUnreachableError(
                 f"pid {expected.pid} did not die within {KILL_WAIT:g} s of SIGKILL "
                 "(uninterruptible sleep?): check it with ps, then retry"
             )
+        return True
     finally:
         os.close(fd)
 
