@@ -121,8 +121,14 @@ class UnsafeRuntimeDirError(HighlanderError):
     directory (not a symlink), owned by the current user, with no group or
     other permission bits.  The message says which check failed and the
     command that fixes it; alternatively point ``HIGHLANDER_RUNTIME_DIR`` at a
-    private directory.
+    private directory.  ``squatted`` is true when someone else could have put
+    it there (a symlink, not a directory, another owner): the default place
+    then falls back to one nobody can guess.
     """
+
+    def __init__(self, message: str, *, squatted: bool = False) -> None:
+        super().__init__(message)
+        self.squatted = squatted
 
 
 class UnsafeFileError(UnsafeRuntimeDirError):
@@ -136,7 +142,7 @@ class UnsafeFileError(UnsafeRuntimeDirError):
     """
 
     def __init__(self, message: str, *, path: str) -> None:
-        super().__init__(message)
+        super().__init__(message, squatted=False)
         self.path = path
 
 

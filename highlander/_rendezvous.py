@@ -6,10 +6,18 @@ function that touches the file system is :func:`ensure_runtime_dir`.
 * Project root: explicit argument, ``HIGHLANDER_PROJECT``,
   ``CLAUDE_PROJECT_DIR``, then the working directory; always ``realpath``-ed,
   so two spellings of one directory meet.
-* Runtime directory: ``HIGHLANDER_RUNTIME_DIR``, ``/run/user/<uid>/highlander``
-  when ``/run/user/<uid>`` exists and is ours, then ``/tmp/highlander-<uid>``.
-  ``XDG_RUNTIME_DIR`` and ``TMPDIR`` are deliberately ignored: clients pass
-  only an allow-list of variables, so they differ between clients.
+* Runtime directory: ``runtime_dir=``, ``HIGHLANDER_RUNTIME_DIR``, else one
+  place per user that never depends on the session: ``/tmp/highlander-<uid>``.
+  ``/run/user/<uid>`` is not used: it appears and vanishes with login
+  sessions (and is emptied at logout), so two starts on either side of a
+  login would meet in different places.  ``XDG_RUNTIME_DIR`` and ``TMPDIR``
+  are deliberately ignored: clients pass only an allow-list of variables,
+  so they differ between clients.
+* A squatted default (another user created ``/tmp/highlander-<uid>`` first,
+  or a symlink stands there) is not a dead end: the user falls back, once
+  and for good, to ``/tmp/highlander-<uid>-<12 random hex>``, a name nobody
+  else can guess, recorded in ``~/.cache/highlander/runtime-dir`` so every
+  later start of that user goes there too (:func:`fall_back`).
 * Names: ``<app>-<hash>`` plus ``.sock``, ``.lock``, ``.state``,
   ``.events.jsonl``; a shorter name when the socket path would not fit the
   kernel's ``sun_path``.
@@ -115,14 +123,87 @@ def choose_runtime_dir(
     if env.get(RUNTIME_VAR):
         return os.path.abspath(env[RUNTIME_VAR])
     uid = os.geteuid() if uid is None else uid
-    run_user = f"/run/user/{uid}"
-    try:
-        st = os.lstat(run_user)
-    except OSError:
-        st = None
-    if st is not None and stat.S_ISDIR(st.st_mode) and st.st_uid == uid:
-        return os.path.join(run_user, "highlander")
+    return settled_fallback(uid, env) or default_runtime_dir(uid)
+
+
+def default_runtime_dir(uid: int) -> str:
+    """The place a user's instances meet unless told otherwise (and unless squatted)."""
     return f"/tmp/highlander-{uid}"  # noqa: S108 - per-uid, created 0700 and verified
+
+
+def home_dir(uid: int, env: Mapping[str, str]) -> str | None:
+    """``uid``'s home: ``HOME`` (every client passes it on), else the password database's."""
+    if env.get("HOME"):
+        return env["HOME"]
+    import pwd  # noqa: PLC0415 - a built-in module, needed only here
+
+    try:
+        return pwd.getpwuid(uid).pw_dir or None
+    except KeyError:
+        return None
+
+
+def _marker(uid: int, env: Mapping[str, str]) -> str | None:
+    home = home_dir(uid, env)
+    return os.path.join(home, ".cache", "highlander", "runtime-dir") if home else None
+
+
+def settled_fallback(uid: int, env: Mapping[str, str]) -> str | None:
+    """The fallback this user settled on after finding the default squatted, if any."""
+    marker = _marker(uid, env)
+    if marker is None:
+        return None
+    try:
+        fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
+            return None
+        text = os.read(fd, 256).decode(errors="replace").strip()
+    finally:
+        os.close(fd)
+    prefix = default_runtime_dir(uid) + "-"
+    suffix = text[len(prefix) :]
+    return text if text.startswith(prefix) and _SUFFIX.fullmatch(suffix) else None
+
+
+#: The unguessable part of a fallback's name.
+_SUFFIX = re.compile(r"[0-9a-f]{12}")
+
+
+def fall_back(uid: int, env: Mapping[str, str], squatted: UnsafeRuntimeDirError) -> str:
+    """Settle, for good, on a fallback another user cannot guess; return it (created, safe).
+
+    Raises ``squatted`` (with the fix) when there is no home to record the
+    choice in: without the record, the next start could not find it again.
+    """
+    marker = _marker(uid, env)
+    if marker is None:
+        raise squatted
+    try:
+        _make_private_dirs(os.path.dirname(marker))
+        tmp = f"{marker}.{os.urandom(6).hex()}.tmp"
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
+        with os.fdopen(fd, "w") as handle:
+            handle.write(f"{default_runtime_dir(uid)}-{os.urandom(6).hex()}\n")
+        try:
+            os.link(tmp, marker)  # the first writer wins; a concurrent one reads its choice
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+    except OSError as exc:
+        raise UnsafeRuntimeDirError(
+            f"{squatted} (no fallback either: {marker}: {exc.strerror})"
+        ) from exc
+    chosen = settled_fallback(uid, env)
+    if chosen is None:
+        raise UnsafeRuntimeDirError(f"{squatted} (no fallback either: {marker} is not usable)")
+    return ensure_runtime_dir(chosen)
 
 
 def ensure_runtime_dir(path: str) -> str:
@@ -144,16 +225,19 @@ def ensure_runtime_dir(path: str) -> str:
     if stat.S_ISLNK(st.st_mode):
         raise UnsafeRuntimeDirError(
             f"runtime directory {path} is a symlink, which someone else may have planted: "
-            f"remove it (rm {path}) so Highlander can create a real one, {hint}"
+            f"remove it (rm {path}) so Highlander can create a real one, {hint}",
+            squatted=True,
         )
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafeRuntimeDirError(
-            f"runtime directory {path} is not a directory: remove it, {hint}"
+            f"runtime directory {path} is not a directory: remove it, {hint}",
+            squatted=True,
         )
     if st.st_uid != uid:
         raise UnsafeRuntimeDirError(
             f"runtime directory {path} is owned by uid {st.st_uid}, not by you (uid {uid}): "
-            f"another user may control it; remove it as its owner, {hint}"
+            f"another user may control it; remove it as its owner, {hint}",
+            squatted=True,
         )
     if st.st_mode & 0o077:
         raise UnsafeRuntimeDirError(

@@ -7,13 +7,17 @@ import sys
 from collections.abc import Mapping
 
 from highlander._deadlines import Timeouts
+from highlander._errors import UnsafeRuntimeDirError
 from highlander._events import EventLog
+from highlander._log import warn_once
 from highlander._modes import Mode, ThrashPolicy, resolve_mode
 from highlander._rendezvous import (
     ProjectPaths,
     app_name,
     choose_runtime_dir,
+    default_runtime_dir,
     ensure_runtime_dir,
+    fall_back,
     project_key,
     project_paths,
     project_root,
@@ -27,6 +31,22 @@ def default_app() -> str:
     if stem == "__main__":
         stem = os.path.basename(os.path.dirname(os.path.abspath(main))) or "highlander"
     return stem
+
+
+def runtime_directory(explicit: str | os.PathLike[str] | None, env: Mapping[str, str]) -> str:
+    """The runtime directory, created and verified; a squatted default falls back (once)."""
+    directory = choose_runtime_dir(explicit, env=env)
+    try:
+        return ensure_runtime_dir(directory)
+    except UnsafeRuntimeDirError as exc:
+        uid = os.geteuid()
+        if directory != default_runtime_dir(uid) or not exc.squatted:
+            raise
+        chosen = fall_back(uid, env, exc)
+        warn_once(
+            "runtime-fallback", "runtime_fallback", squatted=directory, now=chosen, why=str(exc)
+        )
+        return chosen
 
 
 class Settings:
@@ -79,7 +99,7 @@ class Settings:
         env = os.environ if env is None else env
         name = app_name(app or default_app())
         root = project_root(project, env=env)
-        directory = ensure_runtime_dir(choose_runtime_dir(runtime_dir, env=env))
+        directory = runtime_directory(runtime_dir, env)
         paths = project_paths(directory, name, root)
         chosen = resolve_mode(mode, env)
         return cls(

@@ -311,40 +311,12 @@ def test_choose_runtime_dir_default_uid_is_ours() -> None:
     assert choose_runtime_dir(env={}) == choose_runtime_dir(env={}, uid=os.geteuid())
 
 
-def test_choose_runtime_dir_uses_run_user_dir_owned_by_uid(run_user) -> None:
+def test_choose_runtime_dir_ignores_a_run_user_dir_even_when_it_is_ours(run_user) -> None:
+    """/run/user/<uid> comes and goes with login sessions: using it would move the rendezvous."""
     path = run_user(4243)
     assert os.lstat(path).st_uid == 4243
-    got = choose_runtime_dir(env={}, uid=4243)
-    assert got == "/run/user/4243/highlander"
-    assert not os.path.lexists(got)  # chosen, not created
-
-
-def test_choose_runtime_dir_env_beats_run_user_dir(run_user, tmp_path: Path) -> None:
-    run_user(4243)
-    env = {RUNTIME_VAR: str(tmp_path / "rt")}
-    assert choose_runtime_dir(env=env, uid=4243) == str(tmp_path / "rt")
-
-
-def test_choose_runtime_dir_run_user_dir_owned_by_someone_else(run_user) -> None:
-    path = run_user(4244, owner=4245)
-    assert os.lstat(path).st_uid == 4245
-    assert choose_runtime_dir(env={}, uid=4244) == "/tmp/highlander-4244"
-
-
-def test_choose_runtime_dir_run_user_symlink_is_not_trusted(run_user, tmp_path: Path) -> None:
-    target = tmp_path / "target"
-    target.mkdir()
-    os.chown(target, 4246, -1)
-    path = run_user(4246, kind="symlink", target=str(target))
-    assert os.lstat(path).st_uid == 4246
-    assert os.path.isdir(path)  # following the link would find a dir owned by 4246
-    assert choose_runtime_dir(env={}, uid=4246) == "/tmp/highlander-4246"
-
-
-def test_choose_runtime_dir_run_user_regular_file_is_not_used(run_user) -> None:
-    path = run_user(4247, kind="file")
-    assert os.lstat(path).st_uid == 4247
-    assert choose_runtime_dir(env={}, uid=4247) == "/tmp/highlander-4247"
+    assert choose_runtime_dir(env={}, uid=4243) == "/tmp/highlander-4243"
+    assert not os.path.lexists(os.path.join(path, "highlander"))
 
 
 # --------------------------------------------------------------------------- ensure_runtime_dir
