@@ -36,8 +36,9 @@ import os
 import stat
 import time
 
-from highlander._errors import ForeignHolderError, RemoteProtocolError
+from highlander._errors import ForeignHolderError, RemoteProtocolError, UnsafeFileError
 from highlander._events import Event, Outcome
+from highlander._fencing import read_floor, store_floor
 from highlander._files import lstat_problem, open_regular
 from highlander._identity import boot_id, cmdline, own_identity
 from highlander._record import (
@@ -263,10 +264,11 @@ def publish_record(
     if previous is None and (why := lstat_problem(settings.paths.state)) is not None:
         # Not a record (a FIFO, a symlink, ...): the write below replaces it.
         settings.events.emit(Event.UNSAFE_FILE, path=settings.paths.state, reason=why)
-    floor = max(lock.stored_generation(), successor_of or 0)
+    floor = max(lock.stored_generation(), successor_of or 0, read_floor(settings.floor_path))
     record = new_record(settings, previous, successor_of=successor_of, floor=floor)
     write_record(settings.paths.state, record)
     lock.store_generation(record.generation)
+    store_floor(settings.floor_path, record.generation)
     return record
 
 
@@ -279,7 +281,10 @@ def new_record(
 ) -> HolderRecord:
     """This process's record for a new reign (generation +1, succession history kept)."""
     me, now_ms = own_identity(), int(time.time() * 1000)
-    generation = max(previous.generation if previous else 0, successor_of or 0, floor) + 1
+    # A planted generation so high that +1 would pass what readers accept is
+    # ignored like any other damage (the other sources still count).
+    sources = (previous.generation if previous else 0, successor_of or 0, floor)
+    generation = max(g for g in (0, *sources) if g < GENERATION_MAX - 1) + 1
     history = list(previous.successions_ms) if previous else []
     if successor_of is not None:
         history.append(now_ms)
@@ -328,11 +333,13 @@ class Staged(Value):
 def prepare_takeover(settings: Settings, lock: ProjectLock, *, generation: int) -> Staged:
     """Stage the record of the reign after ``generation``: all that can fail, before the commit.
 
-    Raises ``OSError`` (no space, a ``.state`` that is a directory, ...); the
-    caller then declines the handover and the incumbent keeps the project.
+    Raises ``OSError`` (no space, ...) or
+    :class:`~highlander._errors.UnsafeFileError` (a ``.state`` that is a
+    directory); the caller then declines the handover and the incumbent keeps
+    the project.
     """
     previous = read_record(settings.paths.state)
-    floor = max(lock.stored_generation(), generation)
+    floor = max(lock.stored_generation(), generation, read_floor(settings.floor_path))
     record = new_record(settings, previous, successor_of=generation, floor=floor)
     return Staged(record, stage_record(settings.paths.state, record))
 
@@ -357,11 +364,12 @@ def take_over(
     record, problem = staged.record, ""
     try:
         install_record(staged.path, settings.paths.state)
-    except OSError as exc:
+    except (OSError, UnsafeFileError) as exc:
         # Past the commit the project is ours whatever happens to the file;
         # the record only informs, and the lock file keeps the generation.
         problem = f"record not written: {exc}"
     lock.store_generation(record.generation)
+    store_floor(settings.floor_path, record.generation)
     settings.events.emit(
         Event.CLAIMED,
         outcome=Outcome.SUCCEEDED,

@@ -12,8 +12,10 @@ from highlander._errors import HighlanderError
 from highlander._files import problem, unsafe
 from highlander._modes import MODE_VAR, resolve_mode
 from highlander._rendezvous import (
+    NAMES_KEY,
     RUNTIME_VAR,
     choose_runtime_dir,
+    names_key,
     project_paths,
     project_root,
     sun_path_limit,
@@ -43,7 +45,9 @@ def diagnose(
     findings.extend(_runtime_files(directory))
     try:
         root = project_root(project, env=env)
-        paths = project_paths(directory, app, root)
+        # The socket's name comes from the directory's key (made at the first start).
+        secret = names_key(directory) if os.path.isdir(directory) else bytes(32)
+        paths = project_paths(directory, app, root, secret=secret)
         size = len(os.fsencode(paths.socket))
         findings.append(
             Finding(OK, "socket path", f"{paths.socket} ({size} of {sun_path_limit()} bytes)")
@@ -92,7 +96,7 @@ _EXPECTED = (
 
 
 def _expected_kind(name: str) -> str | None:
-    if name == SECRET_FILE:
+    if name in (SECRET_FILE, NAMES_KEY):
         return "a regular file"
     if name.startswith("."):  # a listener's private name before its rename
         return "a socket"

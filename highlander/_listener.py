@@ -167,7 +167,7 @@ def _bound_here(sock: socket.socket, paths: ProjectPaths) -> bool:
     name = sock.getsockname()
     bound = name.decode() if isinstance(name, bytes) else str(name)
     directory, base = os.path.split(bound)
-    return directory == paths.runtime_dir and base.startswith(f".{paths.base}.")
+    return directory == paths.runtime_dir and base.startswith(f".{paths.socket_stem}.")
 
 
 def _refuse_live_listener(path: str) -> None:

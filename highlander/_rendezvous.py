@@ -25,11 +25,12 @@ function that touches the file system is :func:`ensure_runtime_dir`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from highlander._errors import ConfigurationError, SocketPathTooLongError, UnsafeRuntimeDirError
 from highlander._values import Value
@@ -274,14 +275,21 @@ class ProjectPaths(Value):
     lock: str
     state: str
     events: str
+    #: The socket's name without ``.sock`` (also the stem of its private names).
+    socket_stem: str
 
     def private_socket(self, tag: str) -> str:
         """The name a new listener binds before it is renamed to :attr:`socket`."""
-        return os.path.join(self.runtime_dir, f".{self.base}.{tag}")
+        return os.path.join(self.runtime_dir, f".{self.socket_stem}.{tag}")
 
 
 def project_paths(
-    runtime_dir: str, app: str, root: str, *, limit: int | None = None
+    runtime_dir: str,
+    app: str,
+    root: str,
+    *,
+    limit: int | None = None,
+    secret: bytes | None = None,
 ) -> ProjectPaths:
     """Name the files of ``app`` for project ``root`` inside ``runtime_dir``.
 
@@ -289,15 +297,26 @@ def project_paths(
     socket path (the public one, or the private name a listener binds before
     renaming it into place) would exceed ``limit`` (default: this platform's
     ``sun_path``), a 16-character hash of app and project replaces it.
+
+    With ``secret`` (the runtime directory's :func:`names_key`), the socket
+    is named by a keyed hash instead: every user can list bound socket paths
+    (``ss -xl``, ``/proc/net/unix``), and they must not tell another user
+    which app runs for which project.  The other files stay readable by name:
+    only the owner can list the directory.
     """
     limit = sun_path_limit() if limit is None else limit
     safe = app_name(app)
     key = project_key(root)
     regular = f"{safe}-{key.hex()[:HASH_CHARS]}"
     short = "h" + sha256(safe.encode() + b"\0" + key).hexdigest()[: HASH_CHARS - 1]
+    opaque = None
+    if secret is not None:
+        keyed = sha256(b"highlander-socket\0" + secret + b"\0" + safe.encode() + b"\0" + key)
+        opaque = "s" + keyed.hexdigest()[: HASH_CHARS - 1]
     for base in (regular, short):
-        socket = os.path.join(runtime_dir, base + ".sock")
-        longest = max(len(os.fsencode(socket)), _private_len(runtime_dir, base))
+        stem = opaque or base
+        socket = os.path.join(runtime_dir, stem + ".sock")
+        longest = max(len(os.fsencode(socket)), _private_len(runtime_dir, stem))
         if longest <= limit:
             join = os.path.join
             return ProjectPaths(
@@ -307,6 +326,7 @@ def project_paths(
                 lock=join(runtime_dir, base + ".lock"),
                 state=join(runtime_dir, base + ".state"),
                 events=join(runtime_dir, base + ".events.jsonl"),
+                socket_stem=stem,
             )
     needed = _private_len(runtime_dir, short)
     raise SocketPathTooLongError(
@@ -321,3 +341,51 @@ PRIVATE_TAG_CHARS = 8
 
 def _private_len(runtime_dir: str, base: str) -> int:
     return len(os.fsencode(os.path.join(runtime_dir, f".{base}.{'x' * PRIVATE_TAG_CHARS}")))
+
+
+#: The runtime directory's key for socket names (:func:`names_key`).
+NAMES_KEY = "names.key"
+_NAMES_KEY_BYTES = 32
+
+
+def names_key(runtime_dir: str) -> bytes:
+    """The per-user key that names sockets in ``runtime_dir``; created on first use.
+
+    Random, 0600, in the 0700 directory: no other user can read it, so no
+    other user can tell which socket belongs to which app and project.
+    Published like the token secret: written under an ``O_EXCL`` private
+    name, then hard-linked into place, so concurrent first starts agree.
+    """
+    from highlander._files import open_regular  # noqa: PLC0415 - keeps this module pure
+
+    path = os.path.join(runtime_dir, NAMES_KEY)
+    for _ in range(3):
+        try:
+            fd = open_regular(path, os.O_RDONLY)
+        except FileNotFoundError:
+            _publish_names_key(path, open_regular)
+            continue
+        try:
+            data = os.read(fd, _NAMES_KEY_BYTES + 1)
+        finally:
+            os.close(fd)
+        if len(data) == _NAMES_KEY_BYTES:
+            return data
+        from highlander._files import unsafe  # noqa: PLC0415
+
+        raise unsafe(path, f"it holds {len(data)} bytes, not a {_NAMES_KEY_BYTES}-byte key")
+    raise UnsafeRuntimeDirError(f"{path} keeps vanishing: is something cleaning {runtime_dir}?")
+
+
+def _publish_names_key(path: str, open_regular: Callable[[str, int], int]) -> None:
+    tmp = f"{path}.{os.urandom(6).hex()}.tmp"
+    fd = open_regular(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        os.write(fd, os.urandom(_NAMES_KEY_BYTES))
+        os.close(fd)
+        # A concurrent first start may have published its key: that one counts.
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from highlander._deadlines import Timeouts
 from highlander._errors import UnsafeRuntimeDirError
 from highlander._events import EventLog
+from highlander._fencing import floor_path
 from highlander._log import warn_once
 from highlander._modes import Mode, ThrashPolicy, resolve_mode
 from highlander._rendezvous import (
@@ -18,6 +19,7 @@ from highlander._rendezvous import (
     default_runtime_dir,
     ensure_runtime_dir,
     fall_back,
+    names_key,
     project_key,
     project_paths,
     project_root,
@@ -79,6 +81,8 @@ class Settings:
         self.legacy_lock = legacy_lock
         self.exit_when_orphaned = exit_when_orphaned
         self._key: bytes | None = None
+        #: Where the fencing generation's floor outlives a wiped runtime directory.
+        self.floor_path = floor_path(paths.base, self.env)
 
     @classmethod
     def resolve(
@@ -100,7 +104,7 @@ class Settings:
         name = app_name(app or default_app())
         root = project_root(project, env=env)
         directory = runtime_directory(runtime_dir, env)
-        paths = project_paths(directory, name, root)
+        paths = project_paths(directory, name, root, secret=names_key(directory))
         chosen = resolve_mode(mode, env)
         return cls(
             app=name,

@@ -28,7 +28,7 @@ from highlander._connection import Closed, Connection
 from highlander._errors import ProtocolError
 from highlander._identity import own_identity
 from highlander._messages import Hello, Intent, Message, Save, Status, StatusReply
-from highlander._rendezvous import project_key, project_paths
+from highlander._rendezvous import names_key, project_key, project_paths
 from highlander._signing import NO_NONCE, Direction, derive_key, sign
 from highlander._state import Role
 
@@ -56,7 +56,9 @@ def key_for(kids: Children, token: str | bytes = TOKEN) -> bytes:
 
 def paths_of(kids: Children, app: str = APP) -> Any:
     """The project's files (socket, lock, state, events) in the test's runtime dir."""
-    return project_paths(str(kids.runtime), app, os.path.realpath(kids.project))
+    kids.runtime.mkdir(mode=0o700, exist_ok=True)
+    secret = names_key(str(kids.runtime))
+    return project_paths(str(kids.runtime), app, os.path.realpath(kids.project), secret=secret)
 
 
 # -- raw frames -------------------------------------------------------------------------

@@ -8,6 +8,7 @@ is read, no randomness is drawn.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -210,6 +211,23 @@ def other_nonce() -> bytes:
 
 
 # -- real processes ----------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A HOME of the suite's own: Highlander keeps per-user state there (the fencing
+    floor, a squatted default's fallback), and the tests must not leave any in the
+    real one.  Children inherit it through the environment."""
+    home = tmp_path_factory.mktemp("home")
+    old = os.environ.get("HOME")
+    os.environ["HOME"] = str(home)
+    try:
+        yield home
+    finally:
+        if old is None:
+            del os.environ["HOME"]
+        else:
+            os.environ["HOME"] = old
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from proctools import WAIT, Child, Children
 from proctools_extra import OTHER_UID, Extras, events, exited, last_stderr_line
 
 from highlander._record import read_record
-from highlander._rendezvous import project_paths
+from highlander._rendezvous import names_key, project_paths
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "highlander"
@@ -46,7 +46,8 @@ def _kinds(kids: Children, kind: str) -> list[dict[str, object]]:
 def _socket_path(kids: Children) -> str:
     """The project's public socket path (creating the private runtime dir, as Highlander would)."""
     kids.runtime.mkdir(mode=0o700, exist_ok=True)
-    paths = project_paths(str(kids.runtime), APP, os.path.realpath(kids.project))
+    secret = names_key(str(kids.runtime))
+    paths = project_paths(str(kids.runtime), APP, os.path.realpath(kids.project), secret=secret)
     return paths.socket
 
 

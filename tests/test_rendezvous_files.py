@@ -24,7 +24,7 @@ from proctools import WAIT, Child, Children
 from proctools_extra import OTHER_UID, Extras, last_stderr_line
 
 from highlander import Deposed, Highlander, _log
-from highlander._rendezvous import ProjectPaths, project_paths
+from highlander._rendezvous import ProjectPaths, names_key, project_paths
 
 APP = "child"  # the test child's default app name
 FAST = {"hello": 0.5, "stall": 0.6, "ceiling": 1.5, "exit_grace": 0.5, "term_grace": 0.5}
@@ -44,7 +44,8 @@ def _logs_written_inside_the_test() -> Iterator[None]:
 
 def _paths(kids: Children) -> ProjectPaths:
     kids.runtime.mkdir(mode=0o700, exist_ok=True)
-    return project_paths(str(kids.runtime), APP, os.path.realpath(kids.project))
+    secret = names_key(str(kids.runtime))
+    return project_paths(str(kids.runtime), APP, os.path.realpath(kids.project), secret=secret)
 
 
 def _plant(path: str, kind: str, tmp: Path) -> None:
