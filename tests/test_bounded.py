@@ -228,6 +228,7 @@ while not os.path.exists(go_on) and time.monotonic() < deadline:
 poller = select.poll()
 poller.register(2, select.POLLOUT)
 poller.poll(60_000)  # the test reads now: stderr takes lines again
+_log.flush(timeout=30)  # what is still queued, after the count of what was dropped
 _log.log("info", "after_the_stall")
 _log.flush(timeout=30)
 """
