@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import enum
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -146,6 +147,10 @@ class RateLimiter:
         self.window = window
         self.max_causes = max_causes
         self.clock = clock
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
         self._windows: dict[tuple[str, str], _Window] = {}
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -153,6 +158,10 @@ class RateLimiter:
 
     def admit(self, kind: str, fields: dict[str, Any]) -> bool:
         """Whether an event of ``kind`` with ``fields`` (already bounded) may be written now."""
+        if os.getpid() != self._pid:
+            # A forked child: the parent's lock may have been held at the fork,
+            # and its thread is not here.  Its counts are the parent's to report.
+            self._reset()
         now = self.clock()
         with self._lock:
             key = self._key(kind, cause_of(fields), now)

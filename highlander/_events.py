@@ -57,9 +57,7 @@ class Event(enum.StrEnum):
     IDENTITY_MISMATCH = "identity_mismatch"
     FOREIGN_LISTENER = "foreign_listener"  # a non-Highlander process listens on our path
     HUNG = "hung"  # the verified holder missed a deadline
-    OVERLOAD = (
-        "overload"  # the holder shed load (idle connections, no descriptors) to stay reachable
-    )
+    OVERLOAD = "overload"  # the holder shed load (idle connections, no fds) to stay reachable
     CONNECTION_FAILED = "connection_failed"  # an unexpected error ended one conversation only
     SERVING_FAILED = "serving_failed"  # the holder could not serve any more and stepped down
     TERMINATED = "terminated"  # SIGTERM sent (through a verified pidfd)
