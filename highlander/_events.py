@@ -9,6 +9,12 @@ interleave within a line.  When it grows past ``max_bytes`` it is rotated to
 opened without trust (:mod:`highlander._files`): if something other than our
 own regular file sits at its name, events go to stderr only, with one
 warning naming the file and the fix.
+
+What a peer can put into an event is bounded here, in :meth:`EventLog.emit`,
+for every event (:mod:`highlander._bounds`): each string field is cut to a
+few hundred characters, and the kinds a peer can provoke at will (the
+rejections in :data:`RATE_LIMITED`) are rate-limited per cause, the
+suppressed ones counted in one summary event (``suppressed=N``).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import json
 import os
 import time
 
+from highlander._bounds import RateLimiter, Summary, bounded_fields
 from highlander._errors import HighlanderError
 from highlander._files import open_regular
 from highlander._log import log, warn_once
@@ -57,7 +64,9 @@ class Event(enum.StrEnum):
     FOREIGN_LISTENER = "foreign_listener"  # a non-Highlander process listens on our path
     HUNG = "hung"  # the verified holder missed a deadline
     SPARED = "spared"  # a holder judged hung ran again before the signal: not signalled
-    OVERLOAD = "overload"  # the holder evicted idle connections to stay reachable
+    OVERLOAD = "overload"  # the holder shed load (idle connections, no fds) to stay reachable
+    CONNECTION_FAILED = "connection_failed"  # an unexpected error ended one conversation only
+    SERVING_FAILED = "serving_failed"  # the holder could not serve any more and stepped down
     TERMINATED = "terminated"  # SIGTERM sent (through a verified pidfd)
     KILLED = "killed"  # SIGKILL sent (through a verified pidfd)
     ORPHANED = "orphaned"  # the holder's parent (its client) is gone
@@ -78,6 +87,7 @@ class Outcome(enum.StrEnum):
     STOPPED = "stopped"  # (incumbent) saved and left on request, no successor
     RELEASED = "released"  # (incumbent) gave the project up at exit
     ORPHANED = "orphaned"  # (incumbent) left because its parent process ended
+    STEPPED_DOWN = "stepped_down"  # (incumbent) could not serve any more; gave the project up
 
 
 class EventLog:
@@ -97,9 +107,26 @@ class EventLog:
         self.app = app
         self.mode = mode
         self.max_bytes = max_bytes
+        self._limiter = RateLimiter(self._summarise)
 
     def emit(self, event: Event, /, **fields: Any) -> dict[str, Any]:
-        """Record one decision; return the record as written."""
+        """Record one decision; return the record (not written if rate-limited).
+
+        Every string field is cut to :data:`highlander._bounds.CLIP_CHARS`
+        characters; events of a :data:`RATE_LIMITED` kind beyond the rate of
+        their cause are counted instead of written.
+        """
+        bounded = bounded_fields(fields)
+        if event in RATE_LIMITED and not self._limiter.admit(event.value, bounded):
+            return self._record(event, bounded)
+        return self._write(event, self._record(event, bounded))
+
+    def _summarise(self, summary: Summary) -> None:
+        """Write one event for the ``summary.suppressed`` events a window held back."""
+        event = Event(summary.kind)
+        self._write(event, self._record(event, summary.fields()))
+
+    def _record(self, event: Event, fields: dict[str, Any]) -> dict[str, Any]:
         record: dict[str, Any] = {
             "ts": time.time(),
             "event": event.value,
@@ -107,7 +134,10 @@ class EventLog:
             "mode": self.mode,
             "pid": os.getpid(),
         }
-        record.update({k: v.value if isinstance(v, enum.Enum) else v for k, v in fields.items()})
+        record.update(fields)
+        return record
+
+    def _write(self, event: Event, record: dict[str, Any]) -> dict[str, Any]:
         if not self.quiet:
             context = {k: v for k, v in record.items() if k not in ("ts", "event")}
             log("warning" if event in _WARNINGS else "info", event.value, **context)
@@ -146,6 +176,18 @@ class EventLog:
             )
 
 
+#: What a peer can provoke once per connection without the token: rate-limited per cause.
+RATE_LIMITED = frozenset(
+    {
+        Event.AUTH_FAILED,
+        Event.PROTOCOL_ERROR,
+        Event.TIMEOUT,
+        Event.IDENTITY_MISMATCH,
+        Event.OVERLOAD,
+        Event.CONNECTION_FAILED,
+    }
+)
+
 _WARNINGS = frozenset(
     {
         Event.DUPLICATE,
@@ -159,6 +201,8 @@ _WARNINGS = frozenset(
         Event.FOREIGN_LISTENER,
         Event.HUNG,
         Event.OVERLOAD,
+        Event.CONNECTION_FAILED,
+        Event.SERVING_FAILED,
         Event.TERMINATED,
         Event.KILLED,
         Event.LEGACY_KEPT,

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from types import TracebackType
 
+from highlander._bounds import report_all_suppressed
 from highlander._claim import Reign, claim_free, unproven
 from highlander._errors import Deposed, ForeignHolderError, HighlanderError
 from highlander._events import Event, Outcome
@@ -47,8 +48,9 @@ class Highlander:
     else AUTO), ``token`` (default ``HIGHLANDER_TOKEN``, else a per-user
     secret file), ``on_save(progress) -> dict | None`` (sync or async; runs
     in the incumbent when a successor asks), ``on_deposed()`` (after the
-    successor acknowledged; default: flush and leave the process with status
-    0), ``on_duplicate(record)`` (WARN), ``timeouts``, ``runtime_dir``,
+    successor acknowledged, and also when the holder was orphaned or stepped
+    down because it could not serve any more; default: flush and leave the
+    process with status 0), ``on_duplicate(record)`` (WARN), ``timeouts``, ``runtime_dir``,
     ``thrash_limit`` and ``thrash_window``, ``legacy_lock`` (an old lock or
     pid file to migrate from) and ``exit_when_orphaned`` (default True: the
     holder leaves when the process that started it exits).
@@ -367,6 +369,7 @@ def _leave_process() -> None:
     ``os._exit`` because a thread blocked reading stdin (the usual stdio
     server) would otherwise keep the process alive.
     """
+    report_all_suppressed()  # os._exit skips atexit: say what the rate limit held back
     flush()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):

@@ -23,7 +23,7 @@ import anyio.lowlevel
 
 from highlander._claim import Reign
 from highlander._connection import Connection
-from highlander._errors import ProtocolError, Reason, SignatureError
+from highlander._errors import ProtocolError, Reason, SignatureError, UnsafeSecretError
 from highlander._events import Event, Outcome
 from highlander._identity import PeerCredentials, own_identity, peer_credentials
 from highlander._messages import (
@@ -38,6 +38,7 @@ from highlander._messages import (
     StatusReply,
 )
 from highlander._saving import SaveFlight, SaveHook
+from highlander._serving_guard import ServingFailed, ServingGuard, describe, step_down
 from highlander._settings import Settings
 from highlander._state import Role
 from highlander._waiting import ANYIO
@@ -74,6 +75,7 @@ class Incumbent:
         self._slots: dict[anyio.CancelScope, bool] = {}
         self._evicted = 0
         self._last_overload = 0.0
+        self._guard = ServingGuard(settings.events, self._evict_idle)
         self._stop: anyio.Event | None = None
         self._stop_requested = threading.Event()
         self._loop_token: Any = None
@@ -86,6 +88,8 @@ class Incumbent:
 
         With ``parent``, the reign also ends when that process (the client
         that started us) exits: an orphaned server must not outlive its IDE.
+        If serving cannot go on, the holder steps down instead of living on
+        deaf (:mod:`highlander._serving_guard`): this never raises an error.
         """
         self._loop_token = anyio.lowlevel.current_token()
         self._loop_thread = threading.get_ident()
@@ -100,6 +104,8 @@ class Incumbent:
                     tg.start_soon(self._watch_parent, parent)
                 await self._stop.wait()
                 tg.cancel_scope.cancel()
+        except Exception as exc:  # whatever it was, a deaf holder is worse
+            await step_down(self, describe(exc))
         finally:
             self.ended.set()
         return self.outcome or Outcome.RELEASED
@@ -147,6 +153,10 @@ class Incumbent:
                 sock, _ = listener.accept()
             except (BlockingIOError, InterruptedError):
                 continue
+            except OSError as exc:
+                await self._guard.accept_failed(exc)  # backs off, skips, or ServingFailed
+                continue
+            self._guard.accepted()
             sock.setblocking(False)
             if len(self._slots) >= MAX_CONNECTIONS and not self._evict_idle():
                 sock.close()
@@ -196,6 +206,13 @@ class Incumbent:
             events.emit(Event.TIMEOUT, peer_pid=_pid(peer), phase=exc.deadline.phase.value)
         except OSError as exc:
             events.emit(Event.PROTOCOL_ERROR, peer_pid=_pid(peer), reason=f"socket: {exc}")
+        except UnsafeSecretError as exc:
+            # No key, no conversation: every later one would fail the same way.
+            raise ServingFailed(f"no key to serve with: {exc}") from exc
+        except Exception as exc:  # one conversation's failure ends it alone
+            self._guard.connection_failed(exc, _pid(peer))
+            if self.outcome is not None:
+                self.stop()  # the reign ended on the way (a hook failed after it): stop serving
         finally:
             self._slots.pop(scope, None)
             sock.close()

@@ -9,6 +9,15 @@ whatever is left.
 
 The application's own structlog configuration is left alone: this module
 wraps its own logger instead of calling ``structlog.configure``.
+
+Nothing here waits on stderr without bound, and nothing grows without bound
+when stderr is a pipe nobody reads (an IDE that stopped reading its server's
+stderr): at most :data:`MAX_QUEUED` lines wait in the queue; a line waits at
+most :data:`STALL_WAIT` for stderr to take it (``poll``, never a blocking
+``write`` on a full pipe), and while stderr stays stalled the next lines do
+not wait at all.  Lines that cannot be queued or written are dropped and
+counted; the count is written as one ``log_lines_dropped`` line as soon as
+stderr takes lines again (at the latest when the process flushes its log).
 """
 
 from __future__ import annotations
@@ -30,6 +39,18 @@ if TYPE_CHECKING:
 
 _warned: set[str] = set()
 
+#: Lines that may wait to be written; more are dropped and counted.
+MAX_QUEUED = 1000
+#: How long one line may wait for stderr to take it before it is dropped.
+STALL_WAIT = 0.5
+#: Longest line written, in bytes: a pipe with room for one more line
+#: (``poll`` says writable) then takes it whole without blocking.
+MAX_LINE_BYTES = 4096
+
+
+class _Stalled(Exception):  # noqa: N818 - a condition, caught by the log thread
+    """stderr did not take a line in time."""
+
 
 class _Sink:
     def __init__(self) -> None:
@@ -37,11 +58,18 @@ class _Sink:
         self.thread: threading.Thread | None = None
         #: Lines queued or being written; flush() waits until it is zero.
         self.pending = 0
+        #: Lines dropped since the last one written (queue full or stderr stalled).
+        self.dropped = 0
+        #: stderr did not take the last line: the next ones do not wait for it.
+        self.stalled = False
         self.lock = threading.Lock()
 
     def put(self, item: _Item) -> None:
         if not isinstance(item, threading.Event):
             with self.lock:
+                if self.pending >= MAX_QUEUED:
+                    self.dropped += 1
+                    return
                 self.pending += 1
         self.queue.put(item)
         self.start()
@@ -56,16 +84,57 @@ class _Sink:
         while True:
             item = self.queue.get()
             wait_for_quiet()  # never compete with a claim for the interpreter
-            if isinstance(item, threading.Event):
+            if isinstance(item, threading.Event):  # flush(): say what was dropped
+                with contextlib.suppress(Exception):
+                    self.report_dropped(logger)
                 item.set()
                 continue
             level, event, fields = item
             try:
-                with contextlib.suppress(Exception):  # a broken stderr must not break us
-                    getattr(logger, level)(event, **fields)
+                self.write(logger, level, event, fields)
+            except _Stalled:
+                with self.lock:
+                    self.dropped += 1
+            except Exception:  # noqa: S110 - a broken stderr must not break us
+                pass
             finally:
                 with self.lock:
                     self.pending -= 1
+
+    def write(self, logger: Any, level: str, event: str, fields: dict[str, Any]) -> None:
+        """Write one line, after the count of lines dropped before it, if any."""
+        if self.stalled and not _takes_lines(sys.stderr, 0.0):
+            raise _Stalled  # still stalled: not even worth rendering
+        self.report_dropped(logger)
+        getattr(logger, level)(event, **fields)
+
+    def report_dropped(self, logger: Any) -> None:
+        """Write how many lines were dropped since the last one written, if any."""
+        with self.lock:
+            dropped, self.dropped = self.dropped, 0
+        if not dropped:
+            return
+        try:
+            logger.warning(
+                "log_lines_dropped", dropped=dropped, reason="stderr was not taking lines"
+            )
+        except BaseException:
+            with self.lock:
+                self.dropped += dropped  # said nothing: still to be reported
+            raise
+
+    def emit_line(self, line: str) -> None:
+        """Write one rendered line to the current ``sys.stderr``, or raise :class:`_Stalled`."""
+        data = line.encode("utf-8", "backslashreplace")
+        if len(data) >= MAX_LINE_BYTES:
+            line = data[: MAX_LINE_BYTES - 16].decode("utf-8", "ignore") + "…(cut)"
+        stream = sys.stderr
+        if not _takes_lines(stream, 0.0 if self.stalled else STALL_WAIT):
+            self.stalled = True
+            raise _Stalled
+        self.stalled = False
+        stream.write(line + "\n")
+        stream.flush()
 
 
 _sink = _Sink()
@@ -79,14 +148,37 @@ def _reset_after_fork() -> None:
 os.register_at_fork(after_in_child=_reset_after_fork)
 
 
-class _CurrentStderr:
-    """Writes to whatever ``sys.stderr`` is now (tests and apps may replace it)."""
+def _takes_lines(stream: Any, wait: float) -> bool:
+    """Whether ``stream`` can take a line now, waiting up to ``wait`` seconds.
 
-    def write(self, text: str) -> int:
-        return sys.stderr.write(text)
+    Only a stream with a descriptor can stall; any other (a test's or an
+    application's replacement for ``sys.stderr``) is written to directly.
+    """
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return True
+    import select  # noqa: PLC0415 - on the log thread, off the claim path
 
-    def flush(self) -> None:
-        sys.stderr.flush()
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    try:
+        return bool(poller.poll(int(wait * 1000)))
+    except OSError:
+        return True  # let the write itself fail (and be ignored)
+
+
+class _StderrLines:
+    """structlog's output: each rendered line goes through :meth:`_Sink.emit_line`.
+
+    One ``write`` per line (``PrintLogger`` writes the newline separately),
+    to whatever ``sys.stderr`` is now (tests and apps may replace it).
+    """
+
+    def msg(self, message: str) -> None:
+        _sink.emit_line(message)
+
+    info = warning = msg
 
 
 def get_logger() -> Any:
@@ -94,7 +186,7 @@ def get_logger() -> Any:
     import structlog  # noqa: PLC0415 - lazy: imported on the log thread
 
     return structlog.wrap_logger(
-        structlog.PrintLogger(file=_CurrentStderr()),  # type: ignore[arg-type]
+        _StderrLines(),
         processors=[
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
@@ -122,8 +214,8 @@ def warn_once(key: str, event: str, **fields: Any) -> bool:
 
 
 def flush(timeout: float = 2.0) -> None:
-    """Write every queued line to stderr (bounded by ``timeout``)."""
-    if _sink.pending == 0:
+    """Write every queued line and the count of dropped ones to stderr (within ``timeout``)."""
+    if _sink.pending == 0 and _sink.dropped == 0:
         return
     done = threading.Event()
     _sink.queue.put(done)

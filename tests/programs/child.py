@@ -155,8 +155,43 @@ def reign(hl: Highlander) -> None:
     )
 
 
+def apply_limits_and_faults() -> None:
+    """Test-only conditions: a low descriptor limit, injected faults in the serving side."""
+    if "nofile" in cfg:
+        import resource
+
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (int(cfg["nofile"]), hard))
+    fault = cfg.get("fault")
+    if fault == "conversation-once":
+        # The first conversation fails with an error no handler expects (a bug's
+        # stand-in); every later one works.
+        from highlander._settings import Settings
+
+        real_key = Settings.key
+        failed: list[bool] = []
+
+        def key(self: Settings) -> bytes:
+            if not failed:
+                failed.append(True)
+                raise RuntimeError("injected fault in the first conversation")
+            return real_key(self)
+
+        Settings.key = key  # type: ignore[method-assign]
+    elif fault == "accept":
+        # accept() on the listener fails with an error no back-off can cure.
+        import errno
+        import socket
+
+        def accept(self: socket.socket) -> tuple[socket.socket, object]:
+            raise OSError(errno.EINVAL, "injected: the listener is broken")
+
+        socket.socket.accept = accept  # type: ignore[method-assign]
+
+
 def main() -> None:
     pause_before_ack()
+    apply_limits_and_faults()
     if cfg.get("async"):
         import anyio
 
