@@ -67,6 +67,9 @@ class Event(enum.StrEnum):
     OVERLOAD = "overload"  # the holder shed load (idle connections, no fds) to stay reachable
     CONNECTION_FAILED = "connection_failed"  # an unexpected error ended one conversation only
     SERVING_FAILED = "serving_failed"  # the holder could not serve any more and stepped down
+    LOST_RENDEZVOUS = "lost_rendezvous"  # the holder's lock file or runtime dir was taken: it left
+    SOCKET_RESTORED = "socket_restored"  # the holder published its socket again at its path
+    SOCKET_BLOCKED = "socket_blocked"  # something at the socket path stops the holder publishing
     TERMINATED = "terminated"  # SIGTERM sent (through a verified pidfd)
     KILLED = "killed"  # SIGKILL sent (through a verified pidfd)
     ORPHANED = "orphaned"  # the holder's parent (its client) is gone
@@ -88,6 +91,7 @@ class Outcome(enum.StrEnum):
     RELEASED = "released"  # (incumbent) gave the project up at exit
     ORPHANED = "orphaned"  # (incumbent) left because its parent process ended
     STEPPED_DOWN = "stepped_down"  # (incumbent) could not serve any more; gave the project up
+    LOST_RENDEZVOUS = "lost_rendezvous"  # (incumbent) its lock file or runtime dir was taken
 
 
 class EventLog:

@@ -105,6 +105,7 @@ class Highlander:
         self._serving = threading.Lock()
         self._thread: threading.Thread | None = None
         self._deposed = threading.Event()
+        self._ended_as: Outcome | None = None
         self._released = False
         self._task_group: Any = None
         #: OBSERVE/WARN: the background look at the holder (tests join it).
@@ -238,7 +239,9 @@ class Highlander:
                 f"({self.outcome.value if self.outcome else 'not acquired'})"
             )
         if self._deposed.is_set() or self._released:
-            raise Deposed(f"generation {self.generation} ended: another process holds it now")
+            ended = self._ended_as
+            ending = _ENDINGS.get(ended, _HELD) if ended is not None else _HELD
+            raise Deposed(f"generation {self.generation} ended: {ending}")
         assert self.settings is not None
         why = unproven(reign, self.settings.paths, self.generation)
         if why is not None:
@@ -348,6 +351,7 @@ class Highlander:
 
         import anyio.to_thread  # noqa: PLC0415
 
+        self._ended_as = outcome
         self._deposed.set()
         hook = self._on_deposed
         if hook is None:
@@ -361,6 +365,16 @@ class Highlander:
         incumbent.stop()
         if self._thread is not None and self._thread is not threading.current_thread():
             incumbent.ended.wait(timeout=5.0)
+
+
+_HELD = "another process holds it now"
+#: What ``check_current()`` says once a reign ended other than by a successor.
+_ENDINGS = {
+    Outcome.STOPPED: "it was stopped (`highlander stop`)",
+    Outcome.ORPHANED: "the client that started this process is gone",
+    Outcome.STEPPED_DOWN: "this process could not serve it any more and stepped down",
+    Outcome.LOST_RENDEZVOUS: "its lock file or runtime directory was deleted or replaced",
+}
 
 
 def _leave_process() -> None:

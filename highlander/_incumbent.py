@@ -26,6 +26,7 @@ from highlander._connection import Connection
 from highlander._errors import ProtocolError, Reason, SignatureError, UnsafeSecretError
 from highlander._events import Event, Outcome
 from highlander._identity import PeerCredentials, own_identity, peer_credentials
+from highlander._listener import Listener
 from highlander._messages import (
     AckSuccession,
     Busy,
@@ -42,6 +43,7 @@ from highlander._serving_guard import ServingFailed, ServingGuard, describe, ste
 from highlander._settings import Settings
 from highlander._state import Role
 from highlander._waiting import ANYIO
+from highlander._watch import keep_watch
 from highlander._wire import Overdue, receive_event, send_frame
 
 #: Connections served at once; more are closed on accept (each is bounded by deadlines).
@@ -81,6 +83,8 @@ class Incumbent:
         self._loop_token: Any = None
         self._loop_thread = 0
         self._tg: anyio.abc.TaskGroup | None = None
+        #: What keeps the socket path from being published again, if anything (_watch).
+        self.blocked: str | None = None
         self._flight: SaveFlight | None = None
 
     async def serve(self, parent: int | None = None) -> Outcome:
@@ -100,6 +104,7 @@ class Incumbent:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 tg.start_soon(self._accept_loop, tg)
+                tg.start_soon(keep_watch, self)
                 if parent is not None:
                     tg.start_soon(self._watch_parent, parent)
                 await self._stop.wait()
@@ -146,9 +151,12 @@ class Incumbent:
         self.stop()
 
     async def _accept_loop(self, tg: anyio.abc.TaskGroup) -> None:
-        listener = self.reign.listener.sock
         while True:
-            await anyio.wait_readable(listener)
+            listener = self.reign.listener.sock
+            try:
+                await anyio.wait_readable(listener)
+            except anyio.ClosedResourceError:
+                continue  # replaced: its path was taken and published anew (_watch)
             try:
                 sock, _ = listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -164,6 +172,13 @@ class Incumbent:
             scope = anyio.CancelScope()
             self._slots[scope] = False
             tg.start_soon(self._serve_connection, sock, scope)
+
+    def replace_listener(self, listener: Listener) -> None:
+        """Serve on ``listener`` from now on (on the loop's thread: the old one's waiters wake)."""
+        old = self.reign.listener
+        self.reign = self.reign._replace(listener=listener)
+        anyio.notify_closing(old.sock)
+        old.close(unlink=False)
 
     def _evict_idle(self) -> bool:
         """Make room by dropping the oldest connection that has not made its request.

@@ -49,6 +49,7 @@ from highlander._settings import Settings
 from highlander._termination import terminate, wait_for_exit
 from highlander._values import Value
 from highlander._waiting import Waiter
+from highlander._watch import in_the_way
 from highlander._wire import Overdue, close_fds, receive_event, send_frame
 
 #: Upper bound on acquisition attempts (each one is itself bounded by deadlines).
@@ -266,6 +267,13 @@ class _Progress:
 
 async def _end_unreachable_holder(settings: Settings, waiter: Waiter, *, queue_full: bool) -> None:
     """The lock is held but nobody listens (or accepts): end the verified holder, or explain."""
+    blocker = None if queue_full else in_the_way(settings.paths.socket)
+    if blocker is not None:
+        # The holder cannot publish its socket over it; it is not hung.
+        raise IncumbentUnreachableError(
+            f"{settings.paths.socket} is {blocker}, so nobody can reach the holder: remove "
+            f"it (rmdir {settings.paths.socket}) and the holder publishes its socket again"
+        )
     target = record_target(settings, read_record(settings.paths.state))
     why = "queue full" if queue_full else "no socket"
     settings.events.emit(Event.UNREACHABLE, socket=settings.paths.socket, reason=why)

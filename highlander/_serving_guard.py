@@ -113,21 +113,29 @@ class ServingGuard:
         self.events.emit(Event.CONNECTION_FAILED, peer_pid=peer_pid, reason=describe(exc))
 
 
-async def step_down(incumbent: Incumbent, reason: str) -> None:
-    """End the reign because it cannot be served any more (see the module docstring)."""
+async def step_down(
+    incumbent: Incumbent,
+    reason: str,
+    *,
+    event: Event = Event.SERVING_FAILED,
+    outcome: Outcome = Outcome.STEPPED_DOWN,
+) -> None:
+    """End the reign because it cannot be served (or found) any more; see the module docstring.
+
+    Also the way out when the rendezvous is lost (:mod:`highlander._watch`):
+    ``event`` and ``outcome`` say which.
+    """
     if incumbent.outcome is not None:
         incumbent.stop()  # the reign already ended another way
         return
-    incumbent.outcome = Outcome.STEPPED_DOWN
+    incumbent.outcome = outcome
     events, reign = incumbent.settings.events, incumbent.reign
-    events.emit(Event.SERVING_FAILED, reason=reason, generation=reign.record.generation)
+    events.emit(event, reason=reason, generation=reign.record.generation)
     # During a handover a successor shares the listener: its path stays.
     reign.listener.close(unlink=not incumbent.handed_over)
     reign.lock.release()
-    events.emit(
-        Event.RELINQUISHED, outcome=Outcome.STEPPED_DOWN, generation=reign.record.generation
-    )
+    events.emit(Event.RELINQUISHED, outcome=outcome, generation=reign.record.generation)
     try:
-        await incumbent.on_deposed(Outcome.STEPPED_DOWN)
+        await incumbent.on_deposed(outcome)
     finally:
         incumbent.stop()

@@ -24,10 +24,16 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import fcntl
 import os
 import stat
 
-from highlander._rendezvous import ProjectPaths
+from highlander._events import Event, Outcome
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
+if TYPE_CHECKING:
+    from highlander._incumbent import Incumbent
+    from highlander._rendezvous import ProjectPaths
 
 #: How often a holder without inotify looks at its files.
 POLL_INTERVAL = 1.0
@@ -81,10 +87,10 @@ def fd_id(fd: int) -> FileId:
 
 
 def look(
-    paths: ProjectPaths, directory: FileId, lock: FileId, socket: FileId | None
+    paths: ProjectPaths, directory: FileId | None, lock: FileId, socket: FileId | None
 ) -> Change | None:
     """What changed at ``paths`` compared with what the holder holds; ``None``: nothing."""
-    if file_id(paths.runtime_dir) != directory:
+    if directory is None or file_id(paths.runtime_dir) != directory:
         return Change.DIRECTORY
     if file_id(paths.lock) != lock:
         return Change.LOCK
@@ -138,3 +144,90 @@ class Watch:
         if self.fd >= 0:
             fd, self.fd = self.fd, -1
             os.close(fd)
+
+
+async def keep_watch(incumbent: Incumbent) -> None:
+    """The holder's watch over its rendezvous, for its whole reign (a serving task).
+
+    Wakes on every change in the runtime directory (or every
+    :data:`POLL_INTERVAL` without inotify), compares, and reacts: a lost lock
+    file or directory ends the reign (``lost_rendezvous``, then
+    ``on_deposed``); a socket path taken from it is published afresh.
+    While a handover is out (a successor holds copies of the lock and
+    listener) nothing is done: after the commit it is the successor's
+    rendezvous, and before it the watch looks again.  The holder also keeps a
+    shared ``flock`` on the directory itself, which tells ``systemd-tmpfiles``
+    to leave it alone.
+    """
+    import anyio  # noqa: PLC0415 - the serving thread has it loaded already
+
+    from highlander._serving_guard import step_down  # noqa: PLC0415 - it imports us
+
+    paths = incumbent.settings.paths
+    lock = fd_id(incumbent.reign.lock.fd)
+    directory, dir_fd = _hold_directory(paths.runtime_dir)
+    watch = Watch(paths.runtime_dir)
+    try:
+        while incumbent.outcome is None:
+            change = look(paths, directory, lock, incumbent.reign.listener.file_id)
+            if change is not None and not incumbent.handed_over:
+                if change is not Change.SOCKET:
+                    why = f"the {change.value} of {paths.runtime_dir} was deleted or replaced"
+                    event, outcome = Event.LOST_RENDEZVOUS, Outcome.LOST_RENDEZVOUS
+                    await step_down(incumbent, why, event=event, outcome=outcome)
+                    return
+                republish(incumbent)
+            if watch.fd >= 0 and not incumbent.handed_over:
+                with anyio.move_on_after(POLL_INTERVAL * 30):  # a missed event costs 30 s at most
+                    await anyio.wait_readable(watch.fd)
+                watch.drain()
+            else:
+                await anyio.sleep(POLL_INTERVAL if watch.fd < 0 else 0.05)
+    finally:
+        watch.close()
+        if dir_fd >= 0:
+            os.close(dir_fd)
+
+
+def _hold_directory(path: str) -> tuple[FileId | None, int]:
+    """The directory's identity, and a descriptor with a shared ``flock`` on it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None, -1
+    with contextlib.suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    return fd_id(fd), fd
+
+
+def republish(incumbent: Incumbent) -> None:
+    """Publish the holder's socket at its path again; say what is in the way if it cannot.
+
+    It still holds the lock, so the path is its own to take.
+    """
+    from highlander._errors import ForeignHolderError  # noqa: PLC0415
+    from highlander._listener import Listener  # noqa: PLC0415
+
+    settings = incumbent.settings
+    paths, events = settings.paths, settings.events
+    blocker = in_the_way(paths.socket)
+    if blocker is not None:
+        if incumbent.blocked != blocker:  # once per episode, not once per wake-up
+            incumbent.blocked = blocker
+            events.emit(
+                Event.SOCKET_BLOCKED,
+                socket=paths.socket,
+                reason=f"{paths.socket} is {blocker}: remove it and the holder publishes "
+                "its socket again at once",
+            )
+        return
+    try:
+        listener, _ = Listener.bind(paths)
+    except (ForeignHolderError, OSError) as exc:
+        if incumbent.blocked != str(exc):
+            incumbent.blocked = str(exc)
+            events.emit(Event.SOCKET_BLOCKED, socket=paths.socket, reason=str(exc))
+        return
+    incumbent.blocked = None
+    incumbent.replace_listener(listener)
+    events.emit(Event.SOCKET_RESTORED, socket=paths.socket)

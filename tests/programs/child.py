@@ -92,7 +92,7 @@ def options() -> dict[str, Any]:
 
         def deposed() -> None:
             witness("release", current["generation"])
-            report(event="deposed")
+            report(event="deposed", why=why_deposed())
             if cfg.get("hang_when_deposed"):
                 time.sleep(3600)
             os._exit(0)
@@ -103,7 +103,21 @@ def options() -> dict[str, Any]:
     return opts
 
 
-current = {"generation": 0}
+current: dict[str, Any] = {"generation": 0, "hl": None}
+
+
+def why_deposed() -> str:
+    """What ``check_current()`` says now (it names how the reign ended)."""
+    from highlander import Deposed
+
+    hl = current["hl"]
+    if hl is None:
+        return ""
+    try:
+        hl.check_current()
+    except Deposed as exc:
+        return str(exc)
+    return "check_current() passed"
 
 
 def pause_before_ack() -> None:
@@ -143,6 +157,7 @@ def pause_before_ack() -> None:
 def reign(hl: Highlander) -> None:
     state["counter"] = (hl.handoff or {}).get("counter", 0) + 1
     current["generation"] = hl.generation
+    current["hl"] = hl
     if hl.is_holder:
         witness("acquire", hl.generation)
     report(
