@@ -15,9 +15,11 @@ from highlander._rendezvous import (
     NAMES_KEY,
     RUNTIME_VAR,
     choose_runtime_dir,
+    default_runtime_dir,
     names_key,
     project_paths,
     project_root,
+    settled_fallback,
     sun_path_limit,
 )
 from highlander._token import MIN_TOKEN_CHARS, SECRET_FILE, TOKEN_VAR
@@ -41,12 +43,12 @@ def diagnose(
     """Run every check; never raises for what it checks."""
     findings: list[Finding] = []
     directory = choose_runtime_dir(runtime_dir, env=env)
-    findings.append(_runtime_dir(directory))
+    findings.append(_runtime_dir(directory, env))
     findings.extend(_runtime_files(directory))
     try:
         root = project_root(project, env=env)
         # The socket's name comes from the directory's key (made at the first start).
-        secret = names_key(directory) if os.path.isdir(directory) else bytes(32)
+        secret = names_key(directory) if _private(directory) else bytes(32)
         paths = project_paths(directory, app, root, secret=secret)
         size = len(os.fsencode(paths.socket))
         findings.append(
@@ -66,22 +68,54 @@ def diagnose(
     return findings
 
 
-def _runtime_dir(path: str) -> Finding:
+def _runtime_dir(path: str, env: Mapping[str, str]) -> Finding:
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return Finding(OK, "runtime dir", f"{path} (created on first use, mode 0700)")
+    special = _default_place(path, st, env)
+    if special is not None:
+        return special
     fix = f"rm -r {path} (it is recreated) or set {RUNTIME_VAR} to a private directory"
-    if stat.S_ISLNK(st.st_mode):
-        return Finding(FAIL, "runtime dir", f"{path} is a symlink", fix)
-    if not stat.S_ISDIR(st.st_mode):
-        return Finding(FAIL, "runtime dir", f"{path} is not a directory", fix)
-    if st.st_uid != os.geteuid():
-        return Finding(FAIL, "runtime dir", f"{path} is owned by uid {st.st_uid}", fix)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        what = f"is owned by uid {st.st_uid}"
+        if not stat.S_ISDIR(st.st_mode):
+            what = "is a symlink" if stat.S_ISLNK(st.st_mode) else "is not a directory"
+        return Finding(FAIL, "runtime dir", f"{path} {what}", fix)
     mode = stat.S_IMODE(st.st_mode)
     if mode & 0o077:
         return Finding(FAIL, "runtime dir", f"{path} has mode {mode:04o}", f"chmod 700 {path}")
     return Finding(OK, "runtime dir", f"{path} (mode {mode:04o}, yours)")
+
+
+def _private(path: str) -> bool:
+    """Whether ``path`` is a directory of ours that only we can use (doctor may write there)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    mine = st.st_uid == os.geteuid() and not st.st_mode & 0o077
+    return stat.S_ISDIR(st.st_mode) and mine
+
+
+def _default_place(path: str, st: os.stat_result, env: Mapping[str, str]) -> Finding | None:
+    """The squatted default (not a dead end) or the fallback in use; ``None`` otherwise."""
+    uid = os.geteuid()
+    default = default_runtime_dir(uid)
+    squatted = stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != uid
+    if path == default and squatted:
+        return Finding(
+            WARN,
+            "runtime dir",
+            f"{path} is not yours to use (another user's, a symlink or not a directory); "
+            "the next start falls back, for good, to a private "
+            f"{default}-<random> recorded in ~/.cache/highlander/runtime-dir",
+            f"nothing to do; or set {RUNTIME_VAR}",
+        )
+    if path != default and path == settled_fallback(uid, env):
+        what = f"the fallback: {default} was squatted (recorded in ~/.cache/highlander/runtime-dir)"
+        return Finding(OK, "runtime dir", f"{path} ({what})")
+    return None
 
 
 #: What each name in the runtime directory must be (by suffix); others are not ours.

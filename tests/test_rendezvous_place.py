@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,6 +74,19 @@ def test_a_login_between_two_starts_does_not_move_the_rendezvous(
     assert_no_overlap(kids.reigns())
 
 
+def _doctor(kids: Children, home: Path) -> str:
+    """What `highlander doctor` says about the runtime directory (its stdout)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "highlander.cli", "doctor"],
+        env=_env(kids, home),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done.stdout
+
+
 def _squat(how: str) -> None:
     """Another user (a real uid, through setpriv) takes the default place first."""
     if how == "symlink":
@@ -97,6 +111,7 @@ def test_a_squatted_default_place_falls_back_for_good(
     kids: Children, default_place: Path, how: str
 ) -> None:
     _squat(how)
+    assert "falls back, for good" in _doctor(kids, default_place)
     first = _start(kids, default_place)
     assert first.wait_for("ready")["outcome"] == "claimed_free"
     marker = default_place / ".cache" / "highlander" / "runtime-dir"
@@ -104,6 +119,7 @@ def test_a_squatted_default_place_falls_back_for_good(
     assert fallback.startswith(f"{DEFAULT}-") and len(fallback) == len(DEFAULT) + 13
     assert os.stat(fallback).st_uid == UID and os.stat(fallback).st_mode & 0o777 == 0o700
     assert list(Path(fallback).glob("*.sock")), "the holder is in the fallback"
+    assert f"{fallback} (the fallback: {DEFAULT} was squatted" in _doctor(kids, default_place)
     # Every later start of this user meets it there, squat or no squat.
     second = _start(kids, default_place)
     assert second.wait_for("ready")["outcome"] == "succeeded"
