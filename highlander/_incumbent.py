@@ -133,6 +133,10 @@ class Incumbent:
             fd = os.pidfd_open(parent)
         except ProcessLookupError:
             fd = -1
+        except OSError:  # no pidfd here (old kernel, no descriptors left): watch by polling
+            while os.getppid() == parent:
+                await anyio.sleep(1.0)
+            fd = -1
         try:
             if fd >= 0 and os.getppid() == parent:
                 await anyio.wait_readable(fd)  # readable once the parent has exited
