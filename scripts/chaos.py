@@ -1,21 +1,30 @@
 """`make chaos`: a seeded storm of starts, kills, pauses and file damage against one project.
 
-One project, one fresh runtime directory.  ``random.Random(seed)`` draws the
-whole schedule up front (scripts/chaos_schedule.py): newcomers (AUTO) whose
-own save is quick, slow but advancing, or hanging; SIGKILL or SIGSTOP of
-the holder (SIGCONT later, or left for a newcomer to kill); the socket file
-deleted or replaced by a regular file or a stale socket; the ``.state``
-record damaged (not JSON, cut short, empty, wrongly typed, or naming an
-impossible pid or generation); a stale legacy lock; an unrelated ``sleep``
-whose pid is written into ``.state``.  The holders are tests/programs/child.py with small
-timeouts; each appends acquire/release lines to a witness log and counts
-``handoff counter + 1``.
+One project, one fresh runtime directory, mounted as a 4 MiB tmpfs when the
+harness may mount (root; otherwise it says so once and the disk steps are
+counted no-ops).  ``random.Random(seed)`` draws the whole schedule up front
+(scripts/chaos_schedule.py): newcomers (AUTO) whose own save is quick, slow
+but advancing, or hanging; newcomers whose first ACK lands at the
+incumbent's ACK deadline, that stop themselves between SAVED and their ACK
+(then SIGCONT, SIGKILL or left stopped), or that run under RLIMIT_NOFILE 48;
+storms of 64 newcomers; SIGKILL or SIGSTOP of the holder (SIGCONT later, or
+left for a newcomer to kill) and of newcomers in flight; the socket file
+deleted or replaced by a regular file, a stale socket, a FIFO, a symlink or
+a directory (removed a few steps later, as an operator would); the
+``.state`` record damaged (not JSON, cut short, empty, wrongly typed, or
+naming an impossible pid or generation); the disk filled to ENOSPC (and
+freed a few steps later); a stale legacy lock; an unrelated ``sleep`` whose
+pid is written into ``.state``.  The holders are tests/programs/child.py
+with small timeouts; each appends acquire/release lines to a witness log,
+start/end lines of each save to a save log, and counts ``handoff counter + 1``.
 
-After the last event the harness resumes what it promised to resume, starts
-one more newcomer and times how long until exactly one live holder answers
-a signed STATUS.  Then it ends every process it started (by pidfd), judges
-the evidence (scripts/chaos_check.py) and prints the summary; the exit status
-is 1 when a must-be-zero number is not zero.
+After the last event the harness resumes what it promised to resume (and
+every newcomer that stopped itself), frees the disk, removes a directory at
+the socket path, starts one more newcomer and times how long until exactly
+one live holder answers a signed STATUS.  Then it ends every process it
+started (by pidfd), judges the evidence (scripts/chaos_check.py,
+scripts/chaos_counters.py) and prints the summary; the exit status is 1 when
+a must-be-zero number is not zero.
 
     .venv/bin/python scripts/chaos.py --events 500 --seed 1
     .venv/bin/python scripts/chaos.py --events 100 --seed 2 --keep /tmp/evidence
@@ -26,8 +35,8 @@ is 1 when a must-be-zero number is not zero.
 directory), prints every report, then one summary table; the exit status is
 1 if any seed failed.
 
-``--keep DIR`` copies the evidence (merged event log, witness log, every
-process with its stderr, the steps as run) before the run directory goes.
+``--keep DIR`` copies the evidence (merged event log, witness and save logs,
+every process with its stderr, the steps as run) before the run directory goes.
 """
 
 from __future__ import annotations
@@ -35,168 +44,20 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import chaos_faults as faults
 from chaos_check import judge
-from chaos_log import EventTail, read_witness
-from chaos_procs import Lab, Proc
-from chaos_report import CONVERGENCE_BOUND, SUMMARY_HEADER, Report
-from chaos_schedule import STARTS, STATE_DAMAGE, Step, child_config, make_schedule
-
-from highlander._control import query_status
-from highlander._waiting import BLOCKING, run_blocking
-
-#: Live Highlander processes at most; a start waits (bounded) below this.
-MAX_LIVE = 10
-MAX_BYSTANDERS = 3
-#: Operator interventions the settling phase may make before giving up.
-MAX_INTERVENTIONS = 3
-
-
-class Runner:
-    """Runs a schedule against a :class:`Lab` and settles it."""
-
-    def __init__(self, lab: Lab, tail: EventTail, say: Callable[[str], None]) -> None:
-        self.lab, self.tail, self.say = lab, tail, say
-        self.stopped_by: dict[int, Proc] = {}
-        self.noops: Counter[str] = Counter()
-        self.harness: Counter[str] = Counter()
-        self.notes: list[str] = []
-        #: (step, kind, what happened, monotonic ns), for --keep.
-        self.log: list[tuple[int, str, str, int]] = []
-
-    # -- the schedule -------------------------------------------------------------
-
-    def run(self, schedule: list[Step]) -> None:
-        for step in schedule:
-            for index in step.resume:
-                self._signal(self.stopped_by.get(index), signal.SIGCONT)
-            note = self.act(step)
-            self.log.append((step.index, step.kind, note, time.monotonic_ns()))
-            self.tail.poll()
-            if step.index % 50 == 0 or step.index == len(schedule) - 1:
-                self.say(f"step {step.index}: {step.kind}: {note}")
-            if step.index < len(schedule) - 1:
-                self.lab.wait_until(lambda: False, step.gap)
-
-    def act(self, step: Step) -> str:
-        """Do what ``step`` says; return what happened, in a few words."""
-        lab, kind, params = self.lab, step.kind, step.params
-        if kind in STARTS:
-            return self.start(step.index, params)
-        if kind in ("sigkill_holder", "sigstop_holder"):
-            return self.signal_holder(step)
-        if kind == "legacy_lock":
-            dead = params["variant"] == "dead"
-            pid = lab.dead_pid(step.index) if dead else self.bystander(step.index).pid
-            return faults.write_legacy(lab.legacy, pid)
-        if kind == "pid_reuse":
-            return faults.plant_pid(lab.paths, self.bystander(step.index, new=True).pid, **params)
-        damage: dict[str, Callable[..., str]] = {
-            "delete_socket": faults.delete_socket,
-            "replace_socket": faults.replace_socket,
-            "corrupt_state": faults.corrupt_state,
-        }
-        return damage[kind](lab.paths, **params)
-
-    def signal_holder(self, step: Step) -> str:
-        holder = self.lab.holder()
-        if holder is None or (step.kind == "sigstop_holder" and holder.stopped):
-            self.noops[f"{step.kind}: no running holder"] += 1
-            return "no holder"
-        signum = signal.SIGKILL if step.kind == "sigkill_holder" else signal.SIGSTOP
-        self._signal(holder, signum)
-        if signum == signal.SIGSTOP:
-            self.stopped_by[step.index] = holder
-        return f"{signum.name} pid {holder.pid}"
-
-    def start(self, index: int, params: dict[str, Any]) -> str:
-        lab = self.lab
-        if not lab.wait_until(lambda: len(lab.live_children()) < MAX_LIVE, 10.0):
-            self.notes.append(f"step {index}: {MAX_LIVE} processes still alive after 10 s")
-        cfg = child_config(params, str(lab.kids.witness), str(lab.legacy))
-        return f"started pid {lab.start_child(index, cfg).pid}"
-
-    def bystander(self, index: int, *, new: bool = False) -> Proc:
-        alive = self.lab.bystanders()
-        if alive and not new:
-            return alive[-1]
-        while len(alive) >= MAX_BYSTANDERS:
-            self._signal(alive.pop(0), signal.SIGKILL, counted="SIGKILL (bystander retired)")
-        return self.lab.start_bystander(index)
-
-    def _signal(self, proc: Proc | None, signum: signal.Signals, counted: str = "") -> None:
-        if proc is not None and self.lab.send(proc, signum):
-            self.harness[counted or signum.name] += 1
-
-    # -- settling -------------------------------------------------------------------
-
-    def settle(self, schedule: list[Step]) -> tuple[float | None, int]:
-        """Resume what was promised, start one newcomer, time until one holder answers."""
-        lab, began = self.lab, time.monotonic()
-        for index, proc in self.stopped_by.items():
-            if schedule[index].params.get("resume_after") is not None:
-                self._signal(proc, signal.SIGCONT)
-        newcomer = self.start(len(schedule), {"save": "normal", "steps": 1, "step_delay": 0.01})
-        latest = lab.children()[-1]
-        self.say(f"settling: {newcomer}")
-        interventions, deadline = 0, began + CONVERGENCE_BOUND + 10
-        while time.monotonic() < deadline:
-            lab.pump(0.02)
-            self.tail.poll()
-            if self.converged():
-                return time.monotonic() - began, interventions
-            in_flight = [p for p in lab.live_children() if not p.believes]
-            if latest.alive or in_flight or interventions >= MAX_INTERVENTIONS:
-                continue
-            # The newcomer gave up (the holder cannot be verified, so it is never
-            # signalled): do what the error message tells an operator to do.
-            interventions += 1
-            for proc in lab.children():
-                if proc.believes:
-                    self._signal(proc, signal.SIGKILL, counted="SIGKILL (operator)")
-            self.notes.append(f"settling: operator stopped the holder ({latest.last_error()})")
-            self.start(len(schedule), {"save": "normal", "steps": 1, "step_delay": 0.01})
-            latest = lab.children()[-1]
-        return None, interventions
-
-    def converged(self) -> bool:
-        """Exactly one live process believes it holds, and it answers a signed STATUS."""
-        believers = [p for p in self.lab.children() if p.believes]
-        if len(believers) != 1 or believers[0].stopped:
-            return False
-        found = run_blocking(query_status(self.lab.settings, BLOCKING))
-        return found.reply is not None and found.reply.pid == believers[0].pid
-
-    def drain(self, timeout: float = 15.0) -> None:
-        """Let in-flight newcomers finish (bounded)."""
-        lab = self.lab
-        if not lab.wait_until(lambda: len(lab.live_children()) <= 1, timeout):
-            self.notes.append(f"{len(lab.live_children())} processes alive after the drain")
-
-    def cli_status(self) -> dict[str, Any] | None:
-        """`highlander status --json`, as an operator would run it."""
-        argv = [sys.executable, "-m", "highlander.cli", "status", "--json", "--app", "chaos"]
-        try:
-            done = subprocess.run(
-                argv, env=self.lab.kids.env(), capture_output=True, timeout=30, check=False
-            )
-            data: dict[str, Any] = json.loads(done.stdout)
-        except (subprocess.TimeoutExpired, ValueError) as exc:
-            self.notes.append(f"highlander status failed: {exc}")
-            return None
-        return data
+from chaos_log import EventTail, read_saves, read_witness
+from chaos_procs import Lab
+from chaos_report import SUMMARY_HEADER, Report
+from chaos_runner import Runner
+from chaos_schedule import STATE_DAMAGE, make_schedule
 
 
 def keep_evidence(runner: Runner, tail: EventTail, keep: Path) -> None:
@@ -206,8 +67,9 @@ def keep_evidence(runner: Runner, tail: EventTail, keep: Path) -> None:
     (keep / "steps.json").write_text(json.dumps(runner.log, indent=0))
     with open(keep / "events.jsonl", "w") as out:
         out.writelines(json.dumps(e) + "\n" for e in tail.events())
-    if lab.kids.witness.exists():
-        shutil.copy(lab.kids.witness, keep / "witness.log")
+    for name, path in (("witness.log", lab.kids.witness), ("saves.log", lab.saves)):
+        if path.exists():
+            shutil.copy(path, keep / name)
     with open(keep / "procs.jsonl", "w") as out:
         out.writelines(json.dumps(p.describe()) + "\n" for p in lab.procs)
     (keep / "clock.json").write_text(json.dumps(lab.clock))
@@ -228,16 +90,28 @@ def run(
     tail: EventTail | None = None
     began = time.monotonic()
     try:
-        lab = Lab(root)
+        lab = Lab(root, tmpfs=True)
+        refused = lab.tmpfs_refused
+        if refused is not None:
+            say(f"chaos: no tmpfs at the runtime dir ({refused}): fill_disk/free_disk are no-ops")
         tail = EventTail(lab.paths.events)
-        runner = Runner(lab, tail, say)
+        runner = Runner(lab, tail, say, disk=refused is None)
+        if refused is not None:
+            runner.notes.append(f"no tmpfs at the runtime dir ({refused}): disk steps no-ops")
         runner.run(schedule)
         convergence, interventions = runner.settle(schedule)
         runner.drain()
         status = runner.cli_status()
         lab.end_all()
         tail.poll()
-        found = judge(lab.procs, tail.events(), read_witness(lab.kids.witness), lab.clock)
+        found = judge(
+            lab.procs,
+            tail.events(),
+            read_witness(lab.kids.witness),
+            lab.clock,
+            saves=read_saves(lab.saves),
+            end_ns=lab.ended_ns,
+        )
         if keep is not None:
             keep_evidence(runner, tail, keep)
         return Report(
@@ -259,6 +133,8 @@ def run(
             lab.end_all()
         if tail is not None:
             tail.close()
+        if lab is not None:
+            lab.unmount()
         shutil.rmtree(root, ignore_errors=True)
 
 

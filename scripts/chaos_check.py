@@ -16,48 +16,25 @@
   starts without its predecessor's counter is a lost handoff unless the
   predecessor died without saving (SIGKILLed by the harness, or killed by
   Highlander after a hang), reported separately.
+
+The counters issue #10 added (healthy holders signalled, wedged projects,
+concurrent saves) and the newcomers' verdicts are in scripts/chaos_counters.py.
 """
 
 from __future__ import annotations
 
-import bisect
-import math
 import re
 import signal
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos_log import Witness
-from chaos_procs import Proc
+import chaos_counters as counters
+from chaos_log import SaveLine, Witness
+from chaos_process import INF, Proc, Who, to_monotonic
 
-INF = math.inf
 #: How the protocol core words a message field it refuses to build or accept.
 _BAD_FIELD = re.compile(r"^[A-Z_]+ field '\w+' ")
-
-
-class Who:
-    """Which process of the run a pid meant at a given moment (pids get reused)."""
-
-    def __init__(self, procs: list[Proc]) -> None:
-        self._by_pid: dict[int, list[Proc]] = defaultdict(list)
-        for proc in procs:
-            self._by_pid[proc.pid].append(proc)
-
-    def at_ns(self, pid: int, ns: int) -> Proc | None:
-        for p in self._by_pid.get(pid, []):
-            if p.spawn_ns <= ns <= (p.exit_ns if p.exit_ns is not None else INF):
-                return p
-        return None
-
-    def at_wall(self, pid: int, ts: float) -> Proc | None:
-        for p in self._by_pid.get(pid, []):
-            if p.spawn_wall <= ts <= (p.exit_wall if p.exit_wall is not None else INF):
-                return p
-        return None
-
-    def identity(self, pid: int, start_time: int | None) -> Proc | None:
-        return next((p for p in self._by_pid.get(pid, []) if p.start_time == start_time), None)
 
 
 @dataclass
@@ -136,6 +113,16 @@ class Findings:
     anomalies: list[str] = field(default_factory=list)
     #: Processes Highlander signalled (by identity), and which signals.
     signalled: dict[int, set[str]] = field(default_factory=dict)
+    #: Handovers the incumbent kept after SAVED (``handover_aborted``: not an anomaly).
+    handovers_aborted: int = 0
+    healthy_signalled: list[str] = field(default_factory=list)
+    #: Why the other signals were fair: stopped, configured to hang, stopped itself.
+    fair_signals: Counter[str] = field(default_factory=Counter)
+    wedged: list[str] = field(default_factory=list)
+    #: The longest wait from spawn to verdict (seconds, own stops excluded), and whose.
+    longest_wait: tuple[float, str] = (0.0, "")
+    saves: int = 0
+    concurrent_saves: list[str] = field(default_factory=list)
 
 
 def judge(
@@ -143,7 +130,14 @@ def judge(
     events: list[dict[str, Any]],
     witness: list[Witness],
     clock: list[tuple[float, int]],
+    *,
+    saves: list[SaveLine] | None = None,
+    end_ns: int | None = None,
 ) -> Findings:
+    """Judge a run: its processes, event log, witness and save lines, and clock samples.
+
+    ``end_ns``: when the harness began ending every process (the end of the run).
+    """
     who, found = Who(procs), Findings()
     found.reigns = _reigns(who, events, witness, found)
     _tally(events, found)
@@ -153,7 +147,13 @@ def judge(
     _deaths(procs, events, found)
     _handoffs(found)
     _legacy(who, events, found)
-    _newcomers(procs, found)
+    found.newcomers, found.crashes = counters.newcomers(procs)
+    t0 = clock[0][1]
+    found.healthy_signalled, found.fair_signals = counters.healthy_signals(who, events, clock)
+    found.wedged, *longest = counters.wedged(procs, end_ns, t0)
+    found.longest_wait = (longest[0], longest[1])
+    found.saves = sum(line.what == "start" for line in saves or [])
+    found.concurrent_saves = counters.concurrent_saves(who, saves or [], t0)
     return found
 
 
@@ -201,15 +201,10 @@ def _tally(events: list[dict[str, Any]], found: Findings) -> None:
             found.hung[e.get("phase", "?")] += 1
         elif kind == "timeout" and e.get("phase") == "ack":
             found.abandoned += 1
+        elif kind == "handover_aborted":
+            found.handovers_aborted += 1
         elif kind == "protocol_error" and _BAD_FIELD.match(str(e.get("reason", ""))):
             found.bad_messages.append(f"pid {e['pid']} (peer {e.get('peer_pid')}): {e['reason']}")
-
-
-def to_monotonic(ts: float, clock: list[tuple[float, int]]) -> float:
-    """An event-log timestamp on the monotonic clock, via the nearest sample of both."""
-    i = bisect.bisect_left(clock, (ts, 0))
-    near = min(clock[max(0, i - 1) : i + 1], key=lambda sample: abs(sample[0] - ts))
-    return near[1] + (ts - near[0]) * 1e9
 
 
 def _fatal_signals(
@@ -376,36 +371,3 @@ def _legacy(who: Who, events: list[dict[str, Any]], found: Findings) -> None:
         named = who.at_wall(e.get("holder_pid", -1), e["ts"])
         if e["event"] == "legacy_removed" and named is not None and named.role == "bystander":
             found.wrong_legacy.append(f"legacy lock of live pid {named.pid} removed: {e}")
-
-
-def _newcomers(procs: list[Proc], found: Findings) -> None:
-    for p in procs:
-        if p.role != "child":
-            continue
-        crash = p.exception()
-        if crash:
-            found.crashes.append(f"pid {p.pid} (step {p.step}): {crash}")
-        if p.ready is not None:
-            found.newcomers["held the project"] += 1
-        elif crash:
-            found.newcomers[f"crashed: {crash.split(' (at ')[0][:90]}"] += 1
-        elif p.returncode == 1:
-            found.newcomers[_refusal(p.last_error())] += 1
-        elif p.returncode is not None and p.returncode < 0:
-            found.newcomers["killed before holding"] += 1
-        else:
-            found.newcomers[f"ended with status {p.returncode}"] += 1
-
-
-def _refusal(line: str) -> str:
-    text = line.lower()
-    for needle, label in (
-        ("never signal", "refused: holder not verifiable, not signalled"),
-        ("will not", "refused: holder not verifiable, not signalled"),
-        ("record is missing", "refused: holder unreachable and no record"),
-        ("nobody answers", "refused: holder unreachable"),
-        ("thrash", "refused: anti-thrash"),
-    ):
-        if needle in text:
-            return label
-    return f"failed: {line[:70]}"

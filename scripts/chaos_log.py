@@ -1,4 +1,4 @@
-"""Reading the evidence: the project's event log (across rotations) and the witness log.
+"""Reading the evidence: the event log (across rotations), the witness and save logs.
 
 The event log is rotated to ``.1`` past 1 MiB, and a writer that opened the
 file just before a rotation still appends to the old file.  So the tail keeps
@@ -91,4 +91,24 @@ def read_witness(path: Path) -> list[Witness]:
     for line in path.read_text().splitlines():
         what, pid, generation, ns = line.split()
         lines.append(Witness(what, int(pid), int(generation), int(ns)))
+    return lines
+
+
+@dataclass(frozen=True)
+class SaveLine:
+    """One line of the save log: the save hook of ``pid`` began or ended at ``ns``."""
+
+    what: str  # "start" or "end"
+    pid: int
+    ns: int
+
+
+def read_saves(path: Path) -> list[SaveLine]:
+    """The save-witness lines of every child (``start PID NS`` / ``end PID NS``)."""
+    if not path.exists():
+        return []
+    lines = []
+    for line in path.read_text().splitlines():
+        what, pid, ns = line.split()
+        lines.append(SaveLine(what, int(pid), int(ns)))
     return lines

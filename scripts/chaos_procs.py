@@ -27,16 +27,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import selectors
 import signal
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import chaos_faults as faults
+from chaos_process import Proc
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO / "tests") not in sys.path:
@@ -51,124 +52,24 @@ from highlander._settings import Settings  # noqa: E402
 
 #: Bound on any single wait for a process to end after SIGKILL.
 KILL_WAIT = 10.0
-#: The last line of a traceback: ``SomeError: message``.
-_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b")
 #: Bytes of each child's stderr kept for the report (the tail).
 STDERR_KEEP = 65536
-
-
-@dataclass(eq=False)
-class Proc:
-    """One process the harness started, and everything it learnt about it."""
-
-    role: str  # "child" (a Highlander process), "bystander" (sleep) or "dead" (true)
-    popen: subprocess.Popen[bytes]
-    pidfd: int
-    start_time: int
-    step: int
-    spawn_ns: int
-    spawn_wall: float
-    cfg: dict[str, Any] | None = None
-    child: Child | None = None
-    exit_ns: int | None = None
-    exit_wall: float | None = None
-    returncode: int | None = None
-    #: When the harness's SIGKILL had been sent (the process never ran user code after it).
-    killed_ns: int | None = None
-    #: When the harness began sending SIGKILL (a death after this may be that kill's).
-    kill_began_ns: int | None = None
-    #: (signal name, monotonic ns before sending, monotonic ns after) for every signal sent.
-    signals: list[tuple[str, int, int]] = field(default_factory=list)
-    stopped: bool = False
-    ready: dict[str, Any] | None = None
-    ready_ns: int | None = None
-    deposed: bool = False
-    stdout_bytes: int = 0
-    stderr_tail: bytes = b""
-    open_fds: set[int] = field(default_factory=set)
-    reaper: threading.Thread | None = None
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    @property
-    def alive(self) -> bool:
-        return self.exit_ns is None
-
-    @property
-    def believes(self) -> bool:
-        """Alive, became holder and has not been deposed: a holder in its own eyes."""
-        held = self.ready is not None and bool(self.ready.get("is_holder"))
-        return held and not self.deposed and self.alive
-
-    def stopped_at(self, ns: float) -> bool:
-        """Whether the harness may have had this process stopped at ``ns``.
-
-        A SIGSTOP counts from the moment its sending began, a SIGCONT only
-        once its sending returned: in doubt, stopped (which makes a pending
-        signal fatal later, so a reign is judged to last longer, never shorter).
-        """
-        state = False
-        for name, before, after in self.signals:
-            if before > ns:
-                break
-            if name == "SIGSTOP":
-                state = True
-            elif name == "SIGCONT" and after <= ns:
-                state = False
-        return state
-
-    def resumed_after(self, ns: float) -> int | None:
-        """When the first SIGCONT sent after ``ns`` had surely arrived (its *after* stamp)."""
-        return next((a for name, b, a in self.signals if name == "SIGCONT" and b > ns), None)
-
-    def exception(self) -> str:
-        """The exception a traceback on stderr ended with, and where it was raised."""
-        lines = self.stderr_tail.decode(errors="replace").splitlines()
-        starts = [i for i, line in enumerate(lines) if line.startswith("Traceback")]
-        if not starts:
-            return ""
-        tail = lines[starts[-1] :]
-        frames = [ln.strip() for ln in tail if ln.strip().startswith("File ")]
-        # Log lines from the library's log thread may interleave with the traceback.
-        raised = [ln for ln in tail if _EXCEPTION.match(ln)]
-        return f"{raised[0] if raised else '?'} (at {frames[-1] if frames else '?'})"
-
-    def last_error(self) -> str:
-        """The one-line reason a failing Highlander process gives (``highlander: ...``)."""
-        lines = self.stderr_tail.decode(errors="replace").strip().splitlines()
-        said = [line for line in lines if line.startswith("highlander: ")]
-        return said[-1] if said else (lines[-1] if lines else "")
-
-    def describe(self) -> dict[str, Any]:
-        """Everything known about this process, for ``--keep``."""
-        return {
-            "role": self.role,
-            "pid": self.pid,
-            "start_time": self.start_time,
-            "step": self.step,
-            "cfg": self.cfg,
-            "spawn_ns": self.spawn_ns,
-            "exit_ns": self.exit_ns,
-            "returncode": self.returncode,
-            "killed_ns": self.killed_ns,
-            "kill_began_ns": self.kill_began_ns,
-            "signals": self.signals,
-            "ready": self.ready,
-            "ready_ns": self.ready_ns,
-            "deposed": self.deposed,
-            "stderr": self.stderr_tail.decode(errors="replace"),
-        }
 
 
 class Lab:
     """One project, one runtime directory, and every process of the run."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, tmpfs: bool = False) -> None:
         self.root = root
         self.kids = Children(root)  # project dir, runtime dir, witness file, env
+        #: With ``tmpfs``: why the runtime dir could not be a small tmpfs (None: it is).
+        self.tmpfs_refused: str | None = "not asked for"
+        if tmpfs:  # before anything looks at the directory (its identity changes)
+            self.kids.runtime.mkdir(mode=0o700)
+            self.tmpfs_refused = faults.mount_tmpfs(str(self.kids.runtime))
         self.legacy = root / "legacy.pid"
+        #: Every child's save hook appends ``start PID NS`` / ``end PID NS`` here.
+        self.saves = root / "saves.log"
         self.procs: list[Proc] = []
         self._fd_owner: dict[int, tuple[Proc, str]] = {}
         self._selector = selectors.DefaultSelector()
@@ -176,6 +77,8 @@ class Lab:
         self._reaped: list[Proc] = []
         self._reaped_lock = threading.Lock()
         self._ended = False
+        #: When the harness began ending every process (the end of the run).
+        self.ended_ns: int | None = None
         #: (wall clock, monotonic ns) pairs, to place event-log timestamps on the witness clock.
         self.clock: list[tuple[float, int]] = [(time.time(), time.monotonic_ns())]
         self.settings = Settings.resolve(
@@ -336,6 +239,9 @@ class Lab:
                 return
             if report.get("event") == "ready":
                 proc.ready, proc.ready_ns = report, time.monotonic_ns()
+            elif report.get("event") == "before_ack":
+                # It stops itself (a real SIGSTOP) right after saying so.
+                proc.self_stop_ns, proc.stopped = time.monotonic_ns(), True
             elif report.get("event") == "deposed":
                 proc.deposed = True
 
@@ -403,11 +309,18 @@ class Lab:
 
     # -- the end ------------------------------------------------------------------
 
+    def unmount(self) -> None:
+        """Lazily unmount the runtime dir's tmpfs, if this Lab mounted one."""
+        if self.tmpfs_refused is None:
+            faults.umount(str(self.kids.runtime))
+            self.tmpfs_refused = "unmounted"
+
     def end_all(self) -> None:
         """SIGKILL every process still alive (by pidfd), wait for each, close everything."""
         if self._ended:
             return
         self._ended = True
+        self.ended_ns = time.monotonic_ns()
         for proc in self.procs:
             if proc.alive:
                 self.send(proc, signal.SIGKILL)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chaos_check import Findings
+from chaos_counters import WEDGE_BOUND
 
 #: Convergence after the last event must take less than this (seconds).
 CONVERGENCE_BOUND = 20.0
@@ -43,6 +44,9 @@ class Report:
             "stdout bytes written by children": ["bytes"] * f.stdout_bytes,
             "uncaught exceptions in Highlander processes": f.crashes,
             "invalid messages between Highlander processes": f.bad_messages,
+            "healthy holders signalled": f.healthy_signalled,
+            "wedged projects": f.wedged,
+            "concurrent saves": f.concurrent_saves,
         }
         if self.convergence_s is None or self.convergence_s > CONVERGENCE_BOUND:
             checks["convergence within the bound"] = [f"{self.convergence_s}"]
@@ -72,14 +76,21 @@ class Report:
         noops = sum(self.noops.values())
         newcomers = "; ".join(f"{v} {k}" for k, v in f.newcomers.most_common())
         conv = "never" if self.convergence_s is None else f"{self.convergence_s:.2f} s"
+        fair = ", ".join(f"{k} {v}" for k, v in sorted(f.fair_signals.items())) or "none"
         lines = [
             f"chaos: seed {self.seed}: {self.events} events run in {self.duration_s:.1f} s "
             f"({noops} of them no-ops: {dict(self.noops) or 'none'})",
             f"  newcomers: {sum(f.newcomers.values())} ({newcomers})",
             f"  claims: {sum(f.claims.values())} ({claims})",
-            f"  successions (claimed outcome=succeeded): {successions} (handovers abandoned by "
-            f"the successor after SAVED: {f.abandoned})",
+            f"  successions (claimed outcome=succeeded): {successions} (no timely ACK after "
+            f"SAVED: {f.abandoned}; handovers declined after SAVED, incumbent kept: "
+            f"{f.handovers_aborted})",
             f"  kills by Highlander (terminated/killed events): {f.kills} (hung: {hung})",
+            f"  healthy holders signalled (must be 0): {len(f.healthy_signalled)} (fair "
+            f"targets: {fair})",
+            f"  wedged projects (must be 0): {len(f.wedged)} (bound {WEDGE_BOUND:g} s; longest "
+            f"wait for a verdict: {f.longest_wait[0]:.1f} s, {f.longest_wait[1] or '-'})",
+            f"  concurrent saves (must be 0): {len(f.concurrent_saves)} (saves: {f.saves})",
             f"  harness actions: {harness}",
             f"  double holders (must be 0): {len(f.double_holders)}",
             "  signals to a process that was not the verified incumbent (must be 0): "

@@ -13,19 +13,34 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: Step kinds and their weights in the draw.
-WEIGHTS: dict[str, int] = {
+WEIGHTS: dict[str, float] = {
     "start_normal": 20,  # a newcomer whose own save, later, is quick
     "start_slow": 10,  # ... is slow but keeps advancing (never killed)
     "start_hang": 10,  # ... stalls, advances forever, or hangs after SAVED
+    "start_late_ack": 4,  # its first ACK lands at the incumbent's ACK deadline, +- 20 ms
+    "start_stuck": 4,  # stops itself between SAVED's descriptors and ACK; its fate follows
+    "start_low_nofile": 3,  # RLIMIT_NOFILE 48: a holder must back off EMFILE and serve on
     "sigkill_holder": 9,
     "sigstop_holder": 8,  # SIGCONT a few steps later, or left for a newcomer to kill
+    "sigkill_newcomer": 3,  # a child that has not reported ready, whatever its phase
+    "sigstop_newcomer": 3,  # ... resumed a few steps later
     "delete_socket": 6,
-    "replace_socket": 6,  # a regular file or a stale (unbound) socket file
+    "replace_socket": 8,  # a regular file, a stale socket, a FIFO, a symlink, a directory
     "corrupt_state": 7,
     "legacy_lock": 5,  # a pid file naming a dead pid (or a live bystander)
     "pid_reuse": 7,  # an unrelated `sleep` whose pid is written into .state
+    "fill_disk": 2,  # the runtime dir's tmpfs filled to ENOSPC; `free_disk` follows
+    "storm": 0.75,  # 64 newcomers back to back (about 1 step in 150)
 }
-STARTS = ("start_normal", "start_slow", "start_hang")
+STARTS = ("start_normal", "start_slow", "start_hang", "start_late_ack")
+STARTS += ("start_stuck", "start_low_nofile")
+#: Steps the schedule places itself, a few steps after the step that needs them:
+#: an operator undoing what would otherwise block every newcomer.
+FOLLOW_UPS = {"fill_disk": "free_disk", "replace_socket": "clear_socket_dir"}
+#: Newcomers in a storm.
+STORM = 64
+#: What replaces the socket file.
+SOCKET_DAMAGE = ("file", "stale", "fifo", "symlink", "directory")
 #: Ways to damage ``.state``: not JSON, cut short, every field of the wrong type, empty,
 #: and well-typed but impossible values (a pid no process can have, a generation
 #: past the protocol's 63 bits).
@@ -52,8 +67,9 @@ class Step:
     kind: str
     params: dict[str, Any] = field(default_factory=dict)
     gap: float = 0.0
-    #: Indices of earlier SIGSTOP steps whose SIGCONT is due with this step.
-    resume: tuple[int, ...] = ()
+    #: Signals due with this step, to what an earlier step stopped or started:
+    #: ``("SIGCONT", index)`` or ``("SIGKILL", index)``.
+    due: tuple[tuple[str, int], ...] = ()
 
 
 def _start_hang(rng: random.Random) -> dict[str, Any]:
@@ -65,9 +81,35 @@ def _start_hang(rng: random.Random) -> dict[str, Any]:
     return {"save": "normal", "steps": 1, "step_delay": 0.01, "hang_when_deposed": True}
 
 
+def _newcomer(rng: random.Random, **extra: Any) -> dict[str, Any]:
+    return {"save": "normal", "steps": rng.randint(1, 3), "step_delay": 0.01, **extra}
+
+
+def _start_stuck(rng: random.Random) -> dict[str, Any]:
+    """Stops itself before its ACK; then SIGCONT, SIGKILL, or stopped until the settling."""
+    fate = rng.choice(["SIGCONT", "SIGKILL", None])
+    return _newcomer(rng, before_ack={"stop": True, "once": True}, fate=fate, after=_later(rng))
+
+
+def _replace_socket(rng: random.Random) -> dict[str, Any]:
+    variant = rng.choice(SOCKET_DAMAGE)
+    if variant == "directory":  # removed `after` steps later, as an operator would
+        return {"variant": variant, "after": _later(rng)}
+    return {"variant": variant}
+
+
+def _ack_deadline(rng: random.Random) -> float:
+    """The incumbent's ACK deadline (``request``), give or take 20 ms."""
+    return round(TIMEOUTS["request"] + rng.uniform(-0.02, 0.02), 4)
+
+
+def _later(rng: random.Random) -> int:
+    return rng.randint(1, 4)
+
+
 #: How each kind draws its parameters (every draw comes from the one seeded generator).
 _PARAMS: dict[str, Callable[[random.Random], dict[str, Any]]] = {
-    "start_normal": lambda rng: {"save": "normal", "steps": rng.randint(1, 3), "step_delay": 0.01},
+    "start_normal": _newcomer,
     # Each step well inside the 0.6 s stall timeout, the whole save inside the ceiling.
     "start_slow": lambda rng: {
         "save": "normal",
@@ -75,54 +117,92 @@ _PARAMS: dict[str, Callable[[random.Random], dict[str, Any]]] = {
         "step_delay": round(rng.uniform(0.1, 0.2), 3),
     },
     "start_hang": _start_hang,
+    # The incumbent gives up on the ACK at `request`: land within 20 ms of it.
+    "start_late_ack": lambda rng: _newcomer(
+        rng, before_ack={"delay": _ack_deadline(rng), "once": True}
+    ),
+    "start_stuck": _start_stuck,
+    "start_low_nofile": lambda rng: _newcomer(rng, nofile=48),
     # None: never resumed by the harness; a newcomer must deal with it.
     "sigstop_holder": lambda rng: {
         "resume_after": None if rng.random() < 0.4 else rng.randint(1, 4)
     },
-    "replace_socket": lambda rng: {"variant": rng.choice(["file", "stale"])},
+    # `pick`: which of the newcomers in flight (a fraction of their list, oldest first).
+    "sigkill_newcomer": lambda rng: {"pick": round(rng.random(), 4)},
+    "sigstop_newcomer": lambda rng: {"pick": round(rng.random(), 4), "after": _later(rng)},
+    "replace_socket": _replace_socket,
     "legacy_lock": lambda rng: {"variant": "live" if rng.random() < 0.25 else "dead"},
     "pid_reuse": lambda rng: {"variant": rng.choice(["reused", "forged"])},
+    "fill_disk": lambda rng: {"after": _later(rng)},
+    "storm": lambda rng: {"count": STORM, **_newcomer(rng)},
 }
+#: Parameters of a start step that are the harness's, not the child's.
+_HARNESS_KEYS = ("fate", "after", "count")
 
 
 def make_schedule(
     seed: int, count: int, state_damage: tuple[str, ...] = STATE_DAMAGE
 ) -> list[Step]:
-    """``count`` steps for ``seed``; the first one always starts a holder."""
+    """``count`` steps for ``seed``; the first one always starts a holder.
+
+    A ``free_disk`` follows each ``fill_disk``, and a ``clear_socket_dir``
+    each directory put at the socket path, 1 to 4 steps later (in place of
+    that step's draw; the next free index if two fall together).
+    """
     rng = random.Random(seed)
     kinds, weights = list(WEIGHTS), list(WEIGHTS.values())
     drafts: list[tuple[str, dict[str, Any], float]] = []
+    placed: dict[int, tuple[str, int]] = {}
     for index in range(count):
-        kind = "start_normal" if index == 0 else rng.choices(kinds, weights)[0]
-        if kind == "corrupt_state":
-            params = {"variant": rng.choice(state_damage)}
-            if params["variant"] == "bad_pid":
-                params["pid"] = rng.choice(BAD_PIDS)
+        if index in placed:
+            kind, origin = placed.pop(index)
+            params: dict[str, Any] = {"origin": origin}
         else:
-            params = _PARAMS[kind](rng) if kind in _PARAMS else {}
+            kind = "start_normal" if index == 0 else rng.choices(kinds, weights)[0]
+            params = _draw(rng, kind, state_damage)
+        follow = FOLLOW_UPS.get(kind)
+        if follow and "after" in params:
+            at = index + params["after"]
+            while at in placed:
+                at += 1
+            placed[at] = (follow, index)
         # A quarter of the steps follow the previous one at once (overlapping chaos).
         gap = rng.uniform(0.0, 0.05) if rng.random() < 0.25 else rng.uniform(0.15, 0.6)
         drafts.append((kind, params, round(gap, 3)))
-    resumes: dict[int, list[int]] = {}
+    due: dict[int, list[tuple[str, int]]] = {}
     for index, (kind, params, _) in enumerate(drafts):
-        after = params.get("resume_after")
-        if kind == "sigstop_holder" and after is not None and index + after < count:
-            resumes.setdefault(index + after, []).append(index)
+        after = params.get("resume_after", params.get("after"))
+        what = {"sigstop_holder": "SIGCONT", "sigstop_newcomer": "SIGCONT"}.get(kind)
+        what = params.get("fate") if kind == "start_stuck" else what
+        if what and after is not None and index + after < count:
+            due.setdefault(index + after, []).append((what, index))
     return [
-        Step(index, kind, params, gap, tuple(resumes.get(index, ())))
+        Step(index, kind, params, gap, tuple(due.get(index, ())))
         for index, (kind, params, gap) in enumerate(drafts)
     ]
 
 
-def child_config(params: dict[str, Any], witness: str, legacy_lock: str) -> dict[str, Any]:
+def _draw(rng: random.Random, kind: str, state_damage: tuple[str, ...]) -> dict[str, Any]:
+    if kind == "corrupt_state":
+        params: dict[str, Any] = {"variant": rng.choice(state_damage)}
+        if params["variant"] == "bad_pid":
+            params["pid"] = rng.choice(BAD_PIDS)
+        return params
+    return _PARAMS[kind](rng) if kind in _PARAMS else {}
+
+
+def child_config(
+    params: dict[str, Any], witness: str, legacy_lock: str, save_witness: str
+) -> dict[str, Any]:
     """The HL_CHILD configuration of tests/programs/child.py for a start step."""
     cfg: dict[str, Any] = {
         "app": "chaos",
         "witness": witness,
+        "save_witness": save_witness,
         "timeouts": TIMEOUTS,
         "thrash_limit": 1_000_000,
         "legacy_lock": legacy_lock,
         "hold": 3600,
     }
-    cfg.update(params)
+    cfg.update({k: v for k, v in params.items() if k not in _HARNESS_KEYS})
     return cfg

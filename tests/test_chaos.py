@@ -23,8 +23,10 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 sys.path.append(str(SCRIPTS))
 
 import chaos  # noqa: E402
+import chaos_faults  # noqa: E402
 from chaos_check import judge  # noqa: E402
-from chaos_log import Witness  # noqa: E402
+from chaos_counters import WEDGE_BOUND  # noqa: E402
+from chaos_log import SaveLine, Witness  # noqa: E402
 from chaos_procs import Lab, Proc  # noqa: E402
 from chaos_schedule import TIMEOUTS, make_schedule  # noqa: E402
 
@@ -37,6 +39,41 @@ def test_the_schedule_is_fixed_by_the_seed() -> None:
     assert make_schedule(SEED, EVENTS) != make_schedule(SEED + 1, EVENTS)
     kinds = {step.kind for step in make_schedule(SEED, EVENTS)}
     assert {"start_normal", "sigkill_holder", "sigstop_holder", "corrupt_state"} <= kinds
+
+
+def test_the_schedule_has_issue_10s_faults_at_500_events() -> None:
+    """ACK at the deadline, newcomers stopped or killed in flight, a full disk, socket-path
+    tampering, a low RLIMIT_NOFILE and a storm: all in `make chaos`'s 500 events."""
+    schedule = make_schedule(SEED, 500)
+    kinds = {step.kind for step in schedule}
+    assert {
+        "start_late_ack",
+        "start_stuck",
+        "start_low_nofile",
+        "sigkill_newcomer",
+        "sigstop_newcomer",
+        "fill_disk",
+        "free_disk",
+        "clear_socket_dir",
+        "storm",
+    } <= kinds
+    variants = {s.params["variant"] for s in schedule if s.kind == "replace_socket"}
+    assert {"fifo", "symlink", "directory"} <= variants
+    fates = {
+        what
+        for step in schedule
+        for what, origin in step.due
+        if schedule[origin].kind == "start_stuck"
+    }
+    assert fates == {"SIGCONT", "SIGKILL"}
+    for step in schedule:
+        if step.kind == "start_late_ack":
+            delay = step.params["before_ack"]["delay"]
+            assert abs(delay - TIMEOUTS["request"]) <= 0.02
+        if step.kind in ("free_disk", "clear_socket_dir"):
+            origin = schedule[step.params["origin"]]
+            assert origin.kind in ("fill_disk", "replace_socket")
+            assert 1 <= step.index - origin.index <= 8
 
 
 @pytest.mark.timeout(300)
@@ -201,6 +238,125 @@ def test_the_checker_finds_each_violation() -> None:
     assert found.handoffs_kept == 0
 
 
+def _holder(pid: int, *, spawn: int, exit_: int, **cfg: Any) -> Proc:
+    proc = _proc(pid, spawn=spawn, exit_=exit_, rc=-15, ready={"counter": 1})
+    proc.cfg, proc.ready_ns = {"save": "normal", **cfg}, spawn
+    return proc
+
+
+def _term(by: int, target: Proc, at: int) -> dict[str, Any]:
+    return {
+        "ts": at / 1e9,
+        "event": "terminated",
+        "pid": by,
+        "peer_pid": target.pid,
+        "start_time": target.start_time,
+        "signal": "SIGTERM",
+    }
+
+
+def test_the_checker_catches_a_healthy_holder_signalled() -> None:
+    """Only a holder that was stopped, or configured to hang, or had stopped itself is fair game."""
+    second = 1_000_000_000
+    healthy = _holder(101, spawn=0, exit_=10 * second)
+    # SIGSTOPped by the harness 1 s before the signal (inside hello + stall), resumed since.
+    paused = _holder(102, spawn=0, exit_=10 * second)
+    paused.signals = [
+        ("SIGSTOP", 8 * second, 8 * second),
+        ("SIGCONT", 8_500_000_000, 8_500_000_001),
+    ]
+    # Stopped long before the window: that does not excuse a signal now.
+    long_ago = _holder(103, spawn=0, exit_=10 * second)
+    long_ago.signals = [("SIGSTOP", 1 * second, 1 * second), ("SIGCONT", 2 * second, 2 * second)]
+    hanging = _holder(104, spawn=0, exit_=10 * second, save="stall")
+    stuck = _holder(105, spawn=0, exit_=10 * second)
+    stuck.self_stop_ns = 5 * second  # said before_ack and stopped itself; never resumed
+    procs = [healthy, paused, long_ago, hanging, stuck]
+    events = [_term(200, proc, 9 * second) for proc in procs]
+    found = judge(procs, events, [], [(0.0, 0)])
+    assert len(found.healthy_signalled) == 2, found.healthy_signalled
+    assert "to pid 101" in found.healthy_signalled[0]
+    assert "to pid 103" in found.healthy_signalled[1]
+    assert found.fair_signals == {"stopped": 2, "configured to hang": 1}
+
+
+def test_the_checker_catches_a_wedged_newcomer() -> None:
+    second = 1_000_000_000
+    bound = int(WEDGE_BOUND * second)
+    # Waited past the bound, then gave up.
+    gave_up = _proc(101, spawn=0, exit_=bound + 5 * second, rc=1, ready=None)
+    # As long, but stopped by the harness for most of it: not wedged.
+    paused = _proc(102, spawn=0, exit_=bound + 5 * second, rc=1, ready=None)
+    paused.signals = [("SIGSTOP", second, second), ("SIGCONT", 30 * second, 30 * second)]
+    # Still waiting (and running) when the run ended.
+    waiting = _proc(103, spawn=bound, exit_=bound + 9 * second, rc=-9, ready=None)
+    waiting.kill_began_ns = waiting.killed_ns = bound + 8 * second
+    end = bound + 7 * second
+    found = judge([gave_up, paused, waiting], [], [], [(0.0, 0)], end_ns=end)
+    assert len(found.wedged) == 2, found.wedged
+    assert "pid 101" in found.wedged[0] and "exit status 1" in found.wedged[0]
+    assert "pid 103" in found.wedged[1] and "still waiting" in found.wedged[1]
+    assert found.longest_wait[0] > WEDGE_BOUND
+
+
+def test_the_checker_catches_two_overlapping_saves() -> None:
+    second = 1_000_000_000
+    holder = _holder(101, spawn=0, exit_=10 * second)
+    # Died mid-save at 2 s; its pid reused by a later holder whose save starts at 3 s.
+    died = _holder(102, spawn=0, exit_=2 * second)
+    reused = _holder(102, spawn=2_500_000_000, exit_=10 * second)
+    saves = [
+        SaveLine("start", 101, 1 * second),
+        SaveLine("start", 102, 1 * second),
+        SaveLine("start", 101, 2 * second),  # the first save of 101 still runs
+        SaveLine("start", 102, 3 * second),
+        SaveLine("end", 101, 4 * second),
+        SaveLine("end", 101, 5 * second),
+        SaveLine("end", 102, 5 * second),
+        SaveLine("start", 101, 6 * second),  # after both ended: fine
+        SaveLine("end", 101, 7 * second),
+    ]
+    found = judge([holder, died, reused], [], [], [(0.0, 0)], saves=saves)
+    assert found.saves == 5
+    assert len(found.concurrent_saves) == 1, found.concurrent_saves
+    assert found.concurrent_saves[0].startswith("pid 101")
+
+
+def test_corrupt_state_neither_hangs_on_a_fifo_nor_follows_a_symlink(tmp_path: Path) -> None:
+    paths = SimpleNamespace(state=str(tmp_path / "x.state"), runtime_dir=str(tmp_path))
+    os.mkfifo(paths.state)
+    assert "not corrupted" in chaos_faults.corrupt_state(paths, "garbage")  # no reader: ENXIO
+    os.unlink(paths.state)
+    target = tmp_path / "elsewhere"
+    target.write_text("keep me")
+    os.symlink(target, paths.state)
+    assert "not corrupted" in chaos_faults.corrupt_state(paths, "truncated")
+    assert target.read_text() == "keep me"
+
+
+def test_fill_disk_fills_the_tmpfs_and_free_disk_frees_it(tmp_path: Path) -> None:
+    lab = Lab(tmp_path, tmpfs=True)
+    try:
+        if lab.tmpfs_refused is not None:
+            pytest.skip(f"cannot mount a tmpfs: {lab.tmpfs_refused}")
+        paths = lab.paths
+        Path(paths.events).write_text("{}\n")
+        assert chaos_faults.fill_disk(paths).startswith("disk filled")
+        with pytest.raises(OSError, match="No space left"):
+            fd = os.open(os.path.join(paths.runtime_dir, "more"), os.O_WRONLY | os.O_CREAT)
+            try:
+                os.write(fd, b"x" * 8192)
+            finally:
+                os.close(fd)
+        with open(paths.events, "a") as log:  # the evidence still has room
+            log.write("{}\n" * 1000)
+        assert chaos_faults.free_disk(paths) == "disk freed"
+        assert chaos_faults.free_disk(paths) == "disk not full"
+    finally:
+        lab.end_all()
+        lab.unmount()
+
+
 # -- library bugs the chaos found (fixed; kept as regression tests) ------------------
 
 
@@ -236,6 +392,8 @@ def test_wrong_typed_state_record_is_treated_as_absent(kids: Children) -> None:
 def test_socketless_holder_with_an_impossible_pid_in_its_record(kids: Children, pid: int) -> None:
     """Found by the chaos (seed 1 event 70, seed 2 event 43): os.pidfd_open's error escaped."""
     first, _, _ = _holder_with_record(kids, pid=pid)
+    # Stopped, so that it cannot publish its socket again (a running holder does at once).
+    os.kill(first.pid, signal.SIGSTOP)
     for sock in kids.runtime.glob("*.sock"):
         sock.unlink()
     newcomer = kids.start(timeouts=TIMEOUTS)
@@ -244,6 +402,7 @@ def test_socketless_holder_with_an_impossible_pid_in_its_record(kids: Children, 
     assert b"Traceback" not in err, err.decode()[-400:]
     assert err.decode().strip().splitlines()[-1].startswith("highlander: ")
     assert first.proc.poll() is None  # nothing was signalled
+    os.kill(first.pid, signal.SIGCONT)
 
 
 def test_record_with_a_generation_past_63_bits(kids: Children) -> None:

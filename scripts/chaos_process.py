@@ -1,0 +1,195 @@
+"""One process of a chaos run as the harness knows it, and which process a pid meant when.
+
+Split from scripts/chaos_procs.py (which starts, watches and signals them):
+this is the record the checker reads.  Times are ``time.monotonic_ns()``
+unless a name says ``wall``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import re
+import subprocess
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+INF = math.inf
+#: The last line of a traceback: ``SomeError: message``.
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b")
+
+
+@dataclass(eq=False)
+class Proc:
+    """One process the harness started, and everything it learnt about it."""
+
+    role: str  # "child" (a Highlander process), "bystander" (sleep) or "dead" (true)
+    popen: subprocess.Popen[bytes]
+    pidfd: int
+    start_time: int
+    step: int
+    spawn_ns: int
+    spawn_wall: float
+    cfg: dict[str, Any] | None = None
+    child: Any = None  # proctools.Child: its report pipe
+    exit_ns: int | None = None
+    exit_wall: float | None = None
+    returncode: int | None = None
+    #: When the harness's SIGKILL had been sent (the process never ran user code after it).
+    killed_ns: int | None = None
+    #: When the harness began sending SIGKILL (a death after this may be that kill's).
+    kill_began_ns: int | None = None
+    #: (signal name, monotonic ns before sending, monotonic ns after) for every signal sent.
+    signals: list[tuple[str, int, int]] = field(default_factory=list)
+    stopped: bool = False
+    #: When the harness heard ``before_ack``: the child stops itself right after saying so.
+    self_stop_ns: int | None = None
+    ready: dict[str, Any] | None = None
+    ready_ns: int | None = None
+    deposed: bool = False
+    stdout_bytes: int = 0
+    stderr_tail: bytes = b""
+    open_fds: set[int] = field(default_factory=set)
+    reaper: threading.Thread | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.exit_ns is None
+
+    @property
+    def believes(self) -> bool:
+        """Alive, became holder and has not been deposed: a holder in its own eyes."""
+        held = self.ready is not None and bool(self.ready.get("is_holder"))
+        return held and not self.deposed and self.alive
+
+    @property
+    def hangs(self) -> str:
+        """How this child was configured to hang ("" if it was not): a fair target."""
+        cfg = self.cfg or {}
+        if cfg.get("save") in ("stall", "forever"):
+            return f"save {cfg['save']}"
+        return "hang_when_deposed" if cfg.get("hang_when_deposed") else ""
+
+    def stops(self) -> list[tuple[float, float]]:
+        """The spans during which this process may have been stopped.
+
+        A SIGSTOP counts from the moment its sending began, a SIGCONT only
+        once its sending returned: in doubt, stopped (which makes a pending
+        signal fatal later, so a reign is judged to last longer, never
+        shorter).  A child that stopped itself (``before_ack``) had not
+        acknowledged anything before, so its span starts at its spawn; it
+        ends at the first SIGCONT sent after the harness heard it.
+        """
+        end = self.exit_ns if self.exit_ns is not None else INF
+        spans: list[tuple[float, float]] = []
+        begun: int | None = None
+        for name, before, after in self.signals:
+            if name == "SIGSTOP" and begun is None:
+                begun = before
+            elif name == "SIGCONT" and begun is not None:
+                spans.append((begun, after))
+                begun = None
+        if begun is not None:
+            spans.append((begun, end))
+        if self.self_stop_ns is not None:
+            resumed = self.resumed_after(self.self_stop_ns)
+            spans.append((self.spawn_ns, end if resumed is None else resumed))
+        return spans
+
+    def stopped_at(self, ns: float) -> bool:
+        """Whether this process may have been stopped at ``ns``."""
+        return any(a <= ns < b for a, b in self.stops())
+
+    def stopped_during(self, start: float, end: float) -> bool:
+        """Whether this process may have been stopped at any moment of ``[start, end]``."""
+        return any(a <= end and b >= start for a, b in self.stops())
+
+    def stopped_ns(self, start: float, end: float) -> float:
+        """How long, within ``[start, end]``, this process may have been stopped."""
+        total, reach = 0.0, start
+        for first, last in sorted(self.stops()):
+            a, b = max(first, reach), min(last, end)
+            if b > a:
+                total += b - a
+                reach = b
+        return total
+
+    def resumed_after(self, ns: float) -> int | None:
+        """When the first SIGCONT sent after ``ns`` had surely arrived (its *after* stamp)."""
+        return next((a for name, b, a in self.signals if name == "SIGCONT" and b > ns), None)
+
+    def exception(self) -> str:
+        """The exception a traceback on stderr ended with, and where it was raised."""
+        lines = self.stderr_tail.decode(errors="replace").splitlines()
+        starts = [i for i, line in enumerate(lines) if line.startswith("Traceback")]
+        if not starts:
+            return ""
+        tail = lines[starts[-1] :]
+        frames = [ln.strip() for ln in tail if ln.strip().startswith("File ")]
+        # Log lines from the library's log thread may interleave with the traceback.
+        raised = [ln for ln in tail if _EXCEPTION.match(ln)]
+        return f"{raised[0] if raised else '?'} (at {frames[-1] if frames else '?'})"
+
+    def last_error(self) -> str:
+        """The one-line reason a failing Highlander process gives (``highlander: ...``)."""
+        lines = self.stderr_tail.decode(errors="replace").strip().splitlines()
+        said = [line for line in lines if line.startswith("highlander: ")]
+        return said[-1] if said else (lines[-1] if lines else "")
+
+    def describe(self) -> dict[str, Any]:
+        """Everything known about this process, for ``--keep``."""
+        return {
+            "role": self.role,
+            "pid": self.pid,
+            "start_time": self.start_time,
+            "step": self.step,
+            "cfg": self.cfg,
+            "spawn_ns": self.spawn_ns,
+            "exit_ns": self.exit_ns,
+            "returncode": self.returncode,
+            "killed_ns": self.killed_ns,
+            "kill_began_ns": self.kill_began_ns,
+            "signals": self.signals,
+            "self_stop_ns": self.self_stop_ns,
+            "ready": self.ready,
+            "ready_ns": self.ready_ns,
+            "deposed": self.deposed,
+            "stderr": self.stderr_tail.decode(errors="replace"),
+        }
+
+
+class Who:
+    """Which process of the run a pid meant at a given moment (pids get reused)."""
+
+    def __init__(self, procs: list[Proc]) -> None:
+        self._by_pid: dict[int, list[Proc]] = defaultdict(list)
+        for proc in procs:
+            self._by_pid[proc.pid].append(proc)
+
+    def at_ns(self, pid: int, ns: int) -> Proc | None:
+        for p in self._by_pid.get(pid, []):
+            if p.spawn_ns <= ns <= (p.exit_ns if p.exit_ns is not None else INF):
+                return p
+        return None
+
+    def at_wall(self, pid: int, ts: float) -> Proc | None:
+        for p in self._by_pid.get(pid, []):
+            if p.spawn_wall <= ts <= (p.exit_wall if p.exit_wall is not None else INF):
+                return p
+        return None
+
+    def identity(self, pid: int, start_time: int | None) -> Proc | None:
+        return next((p for p in self._by_pid.get(pid, []) if p.start_time == start_time), None)
+
+
+def to_monotonic(ts: float, clock: list[tuple[float, int]]) -> float:
+    """An event-log timestamp on the monotonic clock, via the nearest sample of both."""
+    i = bisect.bisect_left(clock, (ts, 0))
+    near = min(clock[max(0, i - 1) : i + 1], key=lambda sample: abs(sample[0] - ts))
+    return near[1] + (ts - near[0]) * 1e9
