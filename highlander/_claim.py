@@ -39,7 +39,7 @@ import time
 from highlander._errors import ForeignHolderError, RemoteProtocolError, UnsafeFileError
 from highlander._events import Event, Outcome
 from highlander._fencing import read_floor, store_floor
-from highlander._files import lstat_problem, open_regular
+from highlander._files import cannot_hold, current_file_id, lstat_problem, open_regular
 from highlander._identity import boot_id, cmdline, own_identity
 from highlander._record import (
     GENERATION_MAX,
@@ -148,6 +148,33 @@ class ProjectLock:
             return f"the lock file {path} was replaced by another file"
         return None
 
+    def renew(self, path: str) -> ProjectLock | None:
+        """Move the lock to a fresh open file description of ``path``; ``None`` if lost.
+
+        Copies of the old description (passed to a successor that went
+        silent) then hold nothing.  ``flock`` cannot move a lock atomically:
+        between the unlock and the new lock another process may take it, and
+        then this returns ``None`` (the caller may try again, bounded).  If
+        ``path`` is no longer this lock's file, nothing changes (``self``).
+        """
+        flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+        try:
+            fd = os.open(path, flags)
+        except OSError:
+            return self  # the path is gone: the rendezvous watch steps down
+        new, old = os.fstat(fd), os.fstat(self.fd)
+        if (new.st_dev, new.st_ino) != (old.st_dev, old.st_ino):
+            os.close(fd)
+            return self  # replaced: likewise
+        fcntl.flock(self.fd, fcntl.LOCK_UN)  # for every copy of the old description
+        self.release()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None
+        return ProjectLock(fd)
+
     def release(self) -> None:
         """Give the lock up (closing our descriptor; a successor's copy keeps it)."""
         _held.discard(self)
@@ -231,16 +258,16 @@ def claim_free(settings: Settings) -> Reign | None:
         lock.release()
         settings.events.emit(Event.FOREIGN_LISTENER, socket=settings.paths.socket, reason=str(exc))
         raise
-    except BaseException:
+    except BaseException as exc:
         lock.release()
-        raise
+        raise cannot_hold(exc, settings.paths.socket) from exc
     outcome = Outcome.CLAIMED_STALE if stale else Outcome.CLAIMED_FREE
     try:
         record = publish_record(settings, lock, successor_of=None)
-    except BaseException:
+    except BaseException as exc:
         listener.close(unlink=True)  # ours: we still hold the lock
         lock.release()
-        raise
+        raise cannot_hold(exc, settings.paths.state) from exc
     if stale:
         settings.events.emit(Event.STALE_CLEARED, socket=settings.paths.socket)
     settings.events.emit(Event.CLAIMED, outcome=outcome, generation=record.generation)
@@ -356,9 +383,10 @@ def take_over(
 ) -> Reign:
     """Begin the reign the handover committed to us: take the listener, install the record."""
     listener.own()
-    if listener.file_id is None:
-        # The socket file was deleted during the handover: publish a fresh one
-        # (we hold the lock) rather than reign unreachable.
+    if listener.file_id is None or listener.file_id != current_file_id(settings.paths.socket):
+        # The socket file was deleted or replaced during the handover (or the
+        # incumbent published a fresh one meanwhile): publish ours (we hold
+        # the lock) rather than reign unreachable.
         listener.close(unlink=False)
         listener, _ = type(listener).bind(settings.paths)
     record, problem = staged.record, ""

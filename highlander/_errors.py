@@ -234,12 +234,13 @@ class SaveFailedError(SuccessionRefused):
 
 
 class TakeoverError(HighlanderError):
-    """Raised when this process could not prepare to take the project over.
+    """Raised when this process could not write what holding the project needs.
 
-    The incumbent handed over its state, but this process could not write its
-    record (a full disk, a ``.state`` that is a directory, ...) and declined
-    before the handover committed: the incumbent keeps the project and its
-    state.  The message names the file and the fix.
+    In a handover, the incumbent handed over its state but this process could
+    not write its record (a full disk, a ``.state`` that is a directory, ...)
+    and declined before the handover committed: the incumbent keeps the
+    project and its state.  Claiming a free project, it let go of the lock
+    again.  The message names the file and the fix.
     """
 
 

@@ -162,6 +162,13 @@ class EventLog:
             if os.fstat(fd).st_size >= self.max_bytes:
                 self._rotate()
             os.write(fd, line.encode())
+        except OSError as exc:  # a full disk: the event still went to stderr
+            warn_once(
+                f"event-log-write:{self.path}",
+                "event_log_unwritable",
+                path=self.path,
+                error=exc.strerror,
+            )
         finally:
             os.close(fd)
 

@@ -17,7 +17,7 @@ import errno
 import os
 import stat
 
-from highlander._errors import UnsafeFileError, UnsafeRuntimeDirError
+from highlander._errors import TakeoverError, UnsafeFileError, UnsafeRuntimeDirError
 
 SAFE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -97,3 +97,28 @@ def _open_failure(path: str, flags: int, exc: OSError) -> OSError | UnsafeRuntim
     # EACCES (another owner's file): say what is there.
     why = lstat_problem(path) or f"it cannot be opened: {exc.strerror}"
     return unsafe(path, why)
+
+
+def cannot_hold(exc: BaseException, path: str) -> BaseException:
+    """What a claim that failed on the file system raises: one line naming the file and fix.
+
+    A full disk is the usual cause (another user can fill a shared ``/tmp``).
+    Errors that already say it (Highlander's own) and non-``OSError`` ones
+    pass through unchanged.
+    """
+    if not isinstance(exc, OSError):
+        return exc
+    where = exc.filename or path
+    return TakeoverError(
+        f"cannot hold the project: {where}: {exc.strerror or exc}; free space on that "
+        "filesystem or fix what is in the way (`highlander doctor` checks), then start again"
+    )
+
+
+def current_file_id(path: str) -> tuple[int, int] | None:
+    """(device, inode) of whatever is at ``path`` now (not following a symlink); ``None``."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino

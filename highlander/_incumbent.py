@@ -43,7 +43,7 @@ from highlander._serving_guard import ServingFailed, ServingGuard, describe, ste
 from highlander._settings import Settings
 from highlander._state import Role
 from highlander._waiting import ANYIO
-from highlander._watch import keep_watch
+from highlander._watch import keep_watch, take_back
 from highlander._wire import Overdue, receive_event, send_frame
 
 #: Connections served at once; more are closed on accept (each is bounded by deadlines).
@@ -345,6 +345,7 @@ class Incumbent:
             # An ACK that crosses this is void: say so, so the newcomer lets go at once.
             with contextlib.suppress(OSError):
                 await self._refuse(sock, conn, Reason.LATE, LATE)
+            await take_back(self)  # a stopped successor's copies must not outlive us
             raise
         except BaseException:
             self.handed_over = False

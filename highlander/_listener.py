@@ -38,12 +38,15 @@ class Listener(Value):
     file_id: tuple[int, int] | None
 
     @classmethod
-    def bind(cls, paths: ProjectPaths) -> tuple[Listener, bool]:
+    def bind(cls, paths: ProjectPaths, *, over_ours: bool = False) -> tuple[Listener, bool]:
         """Bind at a private name and rename over the public path (caller holds the lock).
 
         Returns the listener and whether a stale socket file was replaced.
+        ``over_ours``: the live listener at the path is the caller's own
+        (checked by inode), which this one replaces.
         """
-        _refuse_live_listener(paths.socket)
+        if not over_ours:
+            _refuse_live_listener(paths.socket)
         # os.urandom rather than secrets: the same bytes, without secrets' imports.
         tmp = paths.private_socket(os.urandom(PRIVATE_TAG_CHARS // 2).hex())
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)

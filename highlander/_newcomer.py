@@ -44,6 +44,7 @@ from highlander._identity import Expected, holds_lock, is_halted, own_identity
 from highlander._messages import Busy, Intent, ProgressReport, Refused, Save, Saved
 from highlander._modes import Mode
 from highlander._observe import record_target
+from highlander._patience import Patience
 from highlander._record import read_record
 from highlander._settings import Settings
 from highlander._termination import terminate, wait_for_exit
@@ -129,44 +130,6 @@ _RETRY = _Retry()
 _QUEUE_FULL = _Retry()
 
 
-class _Patience:
-    """How long (and how often) a condition has held, restarted when the holder's record changes.
-
-    A storm hands the project over again and again; what happened under an
-    earlier holder is no evidence against the current one.
-    """
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.since: float | None = None
-        self.seen: tuple[int, int] | None = None
-        self.count = 0
-
-    def _look(self) -> float:
-        record = read_record(self.settings.paths.state)
-        seen = (record.pid, record.generation) if record else None
-        now = time.monotonic()
-        if self.since is None or seen != self.seen:
-            self.since, self.seen, self.count = now, seen, 0
-        return now
-
-    def exceeded(self, limit: float) -> bool:
-        """Whether the condition has lasted ``limit`` seconds under one record."""
-        now = self._look()
-        assert self.since is not None
-        return now - self.since > limit
-
-    def tally(self) -> int:
-        """Count one more occurrence; return how many there were under this record."""
-        self._look()
-        self.count += 1
-        return self.count
-
-    def reset(self) -> None:
-        """Forget the condition."""
-        self.since = None
-
-
 async def acquire(settings: Settings, waiter: Waiter) -> Reign | Duplicate:
     """Hold the project (or learn that we run as a duplicate); see the module docstring.
 
@@ -198,13 +161,13 @@ class _Progress:
     def __init__(self, settings: Settings, waiter: Waiter) -> None:
         self.settings = settings
         self.waiter = waiter
-        self.socketless = _Patience(settings)
-        self.transition = _Patience(settings)
-        self.mismatches = _Patience(settings)
+        self.socketless = Patience(settings)
+        self.transition = Patience(settings)
+        self.mismatches = Patience(settings)
         #: Generations whose holder got a second chance to answer (see _Fresh).
         self.pardoned: set[int] = set()
-        self.queue_full = _Patience(settings)
-        self.busy = _Patience(settings)
+        self.queue_full = Patience(settings)
+        self.busy = Patience(settings)
 
     async def settle(
         self, result: _Wait | _Hung | _Fresh | _Busy | _Transition | _Retry | Mismatch | None
@@ -242,16 +205,28 @@ class _Progress:
                 )
             return False
         if result is None or result is _QUEUE_FULL:
-            # The lock is held and nobody listens (or accepts: the queue stays
-            # full), under one holder, for too long.  Until then: a holder
-            # between taking the lock and renaming its socket into place, or a
-            # storm's queue draining; back off, try again.
-            patience = self.socketless if result is None else self.queue_full
-            if patience.exceeded(timeouts.hello):
-                patience.reset()
-                await _end_unreachable_holder(settings, waiter, queue_full=result is not None)
-                return True
+            return await self._unreachable(queue_full=result is not None)
         return False
+
+    async def _unreachable(self, *, queue_full: bool) -> bool:
+        """The lock is held and nobody listens (or accepts: the queue stays full).
+
+        Until that has lasted ``hello`` under one holder: a holder between
+        taking the lock and renaming its socket into place, or a storm's queue
+        draining; back off, try again.  Past it, a holder the kernel shows
+        working (a loaded machine, a serving side still starting) gets up to
+        ``stall`` more; then it is ended.
+        """
+        timeouts = self.settings.timeouts
+        patience = self.queue_full if queue_full else self.socketless
+        if not patience.exceeded(timeouts.hello):
+            return False
+        if patience.busy() and not self.busy.exceeded(timeouts.stall):
+            await self.waiter.sleep(min(0.1, timeouts.hello))  # it is working: look again soon
+            return False
+        patience.reset()
+        await _end_unreachable_holder(self.settings, self.waiter, queue_full=queue_full)
+        return True
 
     def _pardon(self, silent: _Fresh | _Busy) -> _Hung | _Retry:
         """A silent holder that may be fine gets another chance (bounded): try again."""

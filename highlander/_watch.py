@@ -28,6 +28,7 @@ import fcntl
 import os
 import stat
 
+from highlander._errors import HighlanderError
 from highlander._events import Event, Outcome
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
@@ -154,8 +155,8 @@ async def keep_watch(incumbent: Incumbent) -> None:
     file or directory ends the reign (``lost_rendezvous``, then
     ``on_deposed``); a socket path taken from it is published afresh.
     While a handover is out (a successor holds copies of the lock and
-    listener) nothing is done: after the commit it is the successor's
-    rendezvous, and before it the watch looks again.  The holder also keeps a
+    listener) a lost lock or directory waits for its end: after the commit
+    it is the successor's rendezvous to watch.  The holder also keeps a
     shared ``flock`` on the directory itself, which tells ``systemd-tmpfiles``
     to leave it alone.
     """
@@ -170,13 +171,15 @@ async def keep_watch(incumbent: Incumbent) -> None:
     try:
         while incumbent.outcome is None:
             change = look(paths, directory, lock, incumbent.reign.listener.file_id)
-            if change is not None and not incumbent.handed_over:
-                if change is not Change.SOCKET:
-                    why = f"the {change.value} of {paths.runtime_dir} was deleted or replaced"
-                    event, outcome = Event.LOST_RENDEZVOUS, Outcome.LOST_RENDEZVOUS
-                    await step_down(incumbent, why, event=event, outcome=outcome)
-                    return
+            if change is Change.SOCKET:
+                # Also while a handover is out: until it commits the project is
+                # ours, and a successor re-checks the path when it takes over.
                 republish(incumbent)
+            elif change is not None and not incumbent.handed_over:
+                why = f"the {change.value} of {paths.runtime_dir} was deleted or replaced"
+                event, outcome = Event.LOST_RENDEZVOUS, Outcome.LOST_RENDEZVOUS
+                await step_down(incumbent, why, event=event, outcome=outcome)
+                return
             if watch.fd >= 0 and not incumbent.handed_over:
                 with anyio.move_on_after(POLL_INTERVAL * 30):  # a missed event costs 30 s at most
                     await anyio.wait_readable(watch.fd)
@@ -231,3 +234,42 @@ def republish(incumbent: Incumbent) -> None:
     incumbent.blocked = None
     incumbent.replace_listener(listener)
     events.emit(Event.SOCKET_RESTORED, socket=paths.socket)
+
+
+#: How often a holder tries to get its lock back after moving it (10 ms apart).
+TAKE_BACK_TRIES = 20
+
+
+async def take_back(incumbent: Incumbent) -> None:
+    """After a successor went silent past its deadline: make the copies it holds worthless.
+
+    A newcomer stopped between SAVED and its ACK keeps copies of the lock's
+    open file description and of the listener.  Should this holder die
+    later, those copies would keep the project locked and its socket
+    answering nobody, for as long as that newcomer stays stopped.  So the
+    holder moves its lock to a fresh description and publishes a fresh
+    listener: the old copies then hold nothing.  If another process takes
+    the lock in the instant the move needs, the holder steps down.
+    """
+    import anyio  # noqa: PLC0415 - the serving thread has it loaded already
+
+    from highlander._claim import ProjectLock  # noqa: PLC0415
+    from highlander._listener import Listener  # noqa: PLC0415
+    from highlander._serving_guard import ServingFailed  # noqa: PLC0415
+
+    paths, reign = incumbent.settings.paths, incumbent.reign
+    lock = reign.lock.renew(paths.lock)
+    for _ in range(TAKE_BACK_TRIES):
+        if lock is not None:
+            break
+        await anyio.sleep(0.01)
+        lock = ProjectLock.try_acquire(paths.lock)
+    if lock is None:
+        raise ServingFailed("another process took the lock while this holder moved it")
+    incumbent.reign = reign._replace(lock=lock)
+    ours = file_id(paths.socket) == incumbent.reign.listener.file_id
+    try:
+        listener, _ = Listener.bind(paths, over_ours=ours)
+    except (OSError, HighlanderError):
+        return  # the watch publishes again when it can; the old copy is then orphaned
+    incumbent.replace_listener(listener)

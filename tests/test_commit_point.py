@@ -119,6 +119,24 @@ def test_a_newcomer_stuck_before_its_ack_leaves_the_incumbent_serving(
     assert not _events(kids, "terminated") and not _events(kids, "killed")
 
 
+@pytest.mark.timeout(120)
+def test_a_stopped_newcomers_copies_do_not_outlive_the_incumbent(kids: Children) -> None:
+    """Found by the chaos (#10 faults, seed 22): a newcomer stopped before its ACK kept
+    copies of the lock and listener; once the incumbent died, nobody could claim."""
+    first = _holder(kids)
+    stuck = kids.start(timeouts=NEWCOMER, before_ack={"stop": True, "once": True})
+    stuck.wait_for("before_ack")
+    _wait_stopped(stuck)
+    _wait_for_event(kids, "timeout", phase="ack", pid=first.pid)
+    os.kill(first.pid, signal.SIGKILL)  # the incumbent dies while the newcomer stays stopped
+    assert first.finish(SETTLE)[0] == -signal.SIGKILL
+    third = kids.start(timeouts=NEWCOMER)
+    report = third.wait_for("ready")
+    assert report["outcome"] == "claimed_stale", report
+    assert report["generation"] == 2
+    assert stuck.proc.poll() is None  # still stopped: it was never in the way
+
+
 # -- case 3: the incumbent SIGKILLed after SAVED, before the ACK ---------------------
 
 
@@ -192,6 +210,25 @@ def test_a_full_disk_leaves_the_incumbent_holding_its_state(
     _declined(kids, first, "No space left on device")
     filler.unlink()
     _takes_over_with_the_handoff(kids, first)
+
+
+@pytest.mark.timeout(120)
+def test_a_claim_on_a_full_disk_is_one_line_and_holds_nothing(
+    kids: Children, small_runtime: Path
+) -> None:
+    """Found by the chaos (#10 faults, seed 22): a free claim's record write raised ENOSPC."""
+    holder = _holder(kids)
+    filler = _fill(small_runtime)
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.finish()
+    newcomer = kids.start(timeouts=NEWCOMER)
+    status, out, err = newcomer.finish(SETTLE)
+    last = err.decode().strip().splitlines()[-1]
+    assert status == 1 and out == b"" and b"Traceback" not in err, err.decode()[-1500:]
+    assert last.startswith("highlander: cannot hold the project") and "No space left" in last
+    filler.unlink()  # and then the project is free to claim, nothing left behind
+    after = kids.start(timeouts=NEWCOMER)
+    assert after.wait_for("ready")["outcome"] in ("claimed_free", "claimed_stale")
 
 
 @pytest.mark.timeout(120)
