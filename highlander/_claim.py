@@ -40,7 +40,7 @@ from highlander._errors import ForeignHolderError, RemoteProtocolError, UnsafeFi
 from highlander._events import Event, Outcome
 from highlander._fencing import read_floor, store_floor
 from highlander._files import cannot_hold, current_file_id, lstat_problem, open_regular
-from highlander._identity import boot_id, cmdline, own_identity
+from highlander._identity import boot_id, cmdline, fd_holds_flock, own_identity
 from highlander._record import (
     GENERATION_MAX,
     HolderRecord,
@@ -94,14 +94,16 @@ class ProjectLock:
         """Adopt a lock descriptor passed by the predecessor; ``None`` if it is not ours.
 
         The descriptor must be the project's lock file (same device and inode)
-        and must hold the lock: ``flock`` on a description that already holds
-        it succeeds at once.
+        and its description must hold the lock *now*, which the kernel says
+        without taking it: a predecessor that moved its lock to a new
+        description (after this newcomer went silent past its deadline) left
+        this one holding nothing, and ``flock`` on it would quietly take the
+        lock back from under the predecessor.
         """
         try:
             st, expected = os.fstat(fd), os.stat(path, follow_symlinks=False)
             same = (st.st_dev, st.st_ino) == (expected.st_dev, expected.st_ino)
-            if same and stat.S_ISREG(st.st_mode):
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if same and stat.S_ISREG(st.st_mode) and fd_holds_flock(fd):
                 os.set_inheritable(fd, False)
                 return cls(fd)
         except OSError:

@@ -27,7 +27,7 @@ from highlander._connection import Closed
 from highlander._deadlines import Phase
 from highlander._errors import Reason, TakeoverError, UnsafeFileError
 from highlander._events import Event
-from highlander._identity import Expected, is_halted, let_go
+from highlander._identity import Expected, fd_holds_flock, is_halted, let_go
 from highlander._messages import AckSuccession, Refused, Saved
 from highlander._record import discard_record
 from highlander._settings import Settings
@@ -67,6 +67,8 @@ async def conclude(
             # The incumbent may run again before the signal (it was only paused):
             # then it is spared, and what it answers now decides.
             verdict = await _end_incumbent(settings, greeting, lock.fd)
+        if verdict is Verdict.COMMIT and not fd_holds_flock(lock.fd):
+            verdict = Verdict.ABORT  # the incumbent moved its lock away: it kept the project
         if verdict is Verdict.ABORT:
             events.emit(
                 Event.HANDOVER_ABORTED,

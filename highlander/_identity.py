@@ -213,6 +213,20 @@ def holds_lock(pid: int, path: str) -> bool:
     return False
 
 
+def fd_holds_flock(fd: int) -> bool:
+    """Whether our descriptor ``fd``'s open file description owns an exclusive ``flock``.
+
+    Asked without taking the lock: ``flock`` on a description that does not
+    hold it would *acquire* it if it is free.
+    """
+    try:
+        with open(f"/proc/self/fdinfo/{fd}", "rb") as handle:
+            info = handle.read()
+    except OSError:
+        return False
+    return any(_is_write_flock(line) for line in info.splitlines())
+
+
 def _is_write_flock(line: bytes) -> bool:
     # "lock:\t1: FLOCK  ADVISORY  WRITE 1234 fe:00:2147010 0 EOF"; a process
     # still waiting for the lock shows "1: -> FLOCK ..." and does not count.
