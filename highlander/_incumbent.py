@@ -43,7 +43,7 @@ from highlander._serving_guard import ServingFailed, ServingGuard, describe, ste
 from highlander._settings import Settings
 from highlander._state import Role
 from highlander._waiting import ANYIO
-from highlander._watch import keep_watch, take_back
+from highlander._watch import keep_watch, take_back, watch_parent
 from highlander._wire import Overdue, receive_event, send_frame
 
 #: Connections served at once; more are closed on accept (each is bounded by deadlines).
@@ -106,7 +106,7 @@ class Incumbent:
                 tg.start_soon(self._accept_loop, tg)
                 tg.start_soon(keep_watch, self)
                 if parent is not None:
-                    tg.start_soon(self._watch_parent, parent)
+                    tg.start_soon(watch_parent, self, parent)
                 await self._stop.wait()
                 tg.cancel_scope.cancel()
         except Exception as exc:  # whatever it was, a deaf holder is worse
@@ -127,32 +127,6 @@ class Incumbent:
         # The loop may already be gone (RunFinishedError): nothing left to stop.
         with contextlib.suppress(Exception):
             anyio.from_thread.run_sync(stop.set, token=self._loop_token)
-
-    async def _watch_parent(self, parent: int) -> None:
-        try:
-            fd = os.pidfd_open(parent)
-        except ProcessLookupError:
-            fd = -1
-        except OSError:  # no pidfd here (old kernel, no descriptors left): watch by polling
-            while os.getppid() == parent:
-                await anyio.sleep(1.0)
-            fd = -1
-        try:
-            if fd >= 0 and os.getppid() == parent:
-                await anyio.wait_readable(fd)  # readable once the parent has exited
-        finally:
-            if fd >= 0:
-                os.close(fd)
-        if self.outcome is not None or self.handed_over:
-            return  # a succession is already ending this reign
-        self.outcome = Outcome.ORPHANED
-        self.settings.events.emit(
-            Event.ORPHANED, peer_pid=parent, generation=self.reign.record.generation
-        )
-        self.reign.listener.close(unlink=True)
-        self.reign.lock.release()
-        await self.on_deposed(Outcome.ORPHANED)
-        self.stop()
 
     async def _accept_loop(self, tg: anyio.abc.TaskGroup) -> None:
         while True:

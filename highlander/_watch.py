@@ -273,3 +273,38 @@ async def take_back(incumbent: Incumbent) -> None:
     except (OSError, HighlanderError):
         return  # the watch publishes again when it can; the old copy is then orphaned
     incumbent.replace_listener(listener)
+
+
+async def watch_parent(incumbent: Incumbent, parent: int) -> None:
+    """End the reign when ``parent`` (the client that started us) exits.
+
+    An orphaned server must not outlive its IDE.  A pidfd wakes us; without
+    one, we poll.
+    """
+    import anyio  # noqa: PLC0415 - the serving thread has it loaded already
+
+    try:
+        fd = os.pidfd_open(parent)
+    except ProcessLookupError:
+        fd = -1
+    except OSError:  # no pidfd here (old kernel, no descriptors left): watch by polling
+        while os.getppid() == parent:
+            await anyio.sleep(1.0)
+        fd = -1
+    try:
+        if fd >= 0 and os.getppid() == parent:
+            await anyio.wait_readable(fd)  # readable once the parent has exited
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if incumbent.outcome is not None or incumbent.handed_over:
+        return  # a succession is already ending this reign
+    incumbent.outcome = Outcome.ORPHANED
+    reign = incumbent.reign
+    incumbent.settings.events.emit(
+        Event.ORPHANED, peer_pid=parent, generation=reign.record.generation
+    )
+    reign.listener.close(unlink=True)
+    reign.lock.release()
+    await incumbent.on_deposed(Outcome.ORPHANED)
+    incumbent.stop()
