@@ -38,7 +38,7 @@ from highlander._messages import (
     Status,
     StatusReply,
 )
-from highlander._saving import SaveFlight, SaveHook
+from highlander._saving import SaveFlight, SaveHook, describe_failure
 from highlander._serving_guard import ServingFailed, ServingGuard, describe, step_down
 from highlander._settings import Settings
 from highlander._state import Role
@@ -319,10 +319,7 @@ class Incumbent:
             handoff = await self._save().follow(sock, conn)
             saved = Saved(handoff=handoff, generation=self.reign.record.generation)
         except Exception as exc:  # the hook's failure is reported, never fatal to the holder
-            if isinstance(exc, ProtocolError):
-                detail = f"the save hook's handoff is invalid: {exc}"
-            else:
-                detail = f"the save hook failed: {type(exc).__name__}: {exc}"
+            detail = describe_failure(exc)
             await self._refuse(sock, conn, Reason.INTERNAL, detail)
             events.emit(Event.REFUSED, peer_pid=peer.pid, reason=Reason.INTERNAL, detail=detail)
             return
