@@ -20,12 +20,14 @@ import time
 from collections.abc import Callable
 from types import TracebackType
 
+from highlander import _one_claim as one_claim
 from highlander._bounds import report_all_suppressed
 from highlander._claim import Reign, claim_free, unproven
 from highlander._errors import Deposed, ForeignHolderError, HighlanderError
 from highlander._events import Event, Outcome
 from highlander._log import flush, log
 from highlander._modes import Mode, ThrashPolicy
+from highlander._one_claim import AlreadyHoldingError
 from highlander._record import HolderRecord
 from highlander._settings import Settings
 from highlander._threads import hold, start_daemon
@@ -121,28 +123,49 @@ class Highlander:
         (wrong token, thrash limit, an unreachable or foreign holder, ...) the
         process ends with status 1 and one line on stderr saying why and what
         to do; use ``Highlander(...).acquire()`` to handle the error yourself.
+
+        Called again in the same process for the same app and project, it
+        returns the first handle.  For another app or project while this
+        process holds one it raises :class:`ConfigurationError` (it does not
+        leave the process: the held claim stays).
         """
         handle = cls(**options)
         try:
-            handle.acquire()
+            return handle._acquire_once(reuse=True)
+        except AlreadyHoldingError:
+            raise
         except HighlanderError as exc:
             flush()
             sys.stderr.write(f"highlander: {exc}\n")
             sys.stderr.flush()
             raise SystemExit(1) from None
-        return handle
 
     def acquire(self) -> Highlander:
-        """Claim the project like :meth:`ensure_singleton`, raising instead of exiting."""
-        with hold():
-            return self._acquire()
+        """Claim the project like :meth:`ensure_singleton`, raising instead of exiting.
 
-    def _acquire(self) -> Highlander:
-        settings = self._resolve()
+        Again on a handle that holds (or runs as a duplicate): returns it.
+        Raises :class:`ConfigurationError` if this process already holds the
+        project through another handle, or holds another app or project.
+        """
+        return self._acquire_once(reuse=False)
+
+    def _acquire_once(self, *, reuse: bool) -> Highlander:
+        with hold():
+            settings = self._resolve()
+            existing = one_claim.find(settings)
+            if existing is self or (reuse and existing is not None):
+                return existing
+            if existing is not None and existing.is_holder:
+                raise one_claim.claimed_twice(settings)
+            self._acquire(settings)
+        one_claim.remember(self)
+        return self
+
+    def _acquire(self, settings: Settings) -> None:
         reign = self._claim_free(settings)
         if reign is None and settings.mode is not Mode.AUTO:
             self._become_duplicate(settings)
-            return self
+            return
         if reign is None:
             from highlander._newcomer import acquire  # noqa: PLC0415 - contended only
             from highlander._waiting import BLOCKING, run_blocking  # noqa: PLC0415
@@ -155,7 +178,6 @@ class Highlander:
             self._thread_main, f"highlander-{settings.app}", after_claims=False
         )
         atexit.register(self.release)
-        return self
 
     def _thread_main(self) -> None:
         # Everything the event-loop side needs is imported here, after the
@@ -179,8 +201,11 @@ class Highlander:
         from highlander._waiting import ANYIO  # noqa: PLC0415
 
         settings = self._resolve()
+        if one_claim.find(settings) is not None:
+            raise one_claim.claimed_twice(settings)
         with hold():
             result = self._claim_free(settings) or await acquire(settings, ANYIO)
+        one_claim.remember(self)
         if isinstance(result, Duplicate):
             self._become_duplicate(settings)
             return self

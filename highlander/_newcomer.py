@@ -28,7 +28,6 @@ from highlander._connection import Closed
 from highlander._deadlines import Phase
 from highlander._errors import (
     AuthenticationError,
-    ConfigurationError,
     ForeignHolderError,
     IncumbentUnreachableError,
     ModeRefusedError,
@@ -44,6 +43,7 @@ from highlander._identity import Expected, holds_lock, is_halted, own_identity
 from highlander._messages import Busy, Intent, ProgressReport, Refused, Save, Saved
 from highlander._modes import Mode
 from highlander._observe import record_target
+from highlander._one_claim import claimed_twice
 from highlander._patience import Patience
 from highlander._record import read_record
 from highlander._settings import Settings
@@ -258,7 +258,7 @@ async def _end_unreachable_holder(settings: Settings, waiter: Waiter, *, queue_f
             "and its record is missing: find it with `fuser` on the .lock file and stop it"
         )
     if target.pid == os.getpid():
-        raise _claimed_twice(settings)
+        raise claimed_twice(settings)
     settings.events.emit(Event.HUNG, peer_pid=target.pid, phase="queue" if queue_full else "socket")
     halted = is_halted(target.pid)
     await terminate(target, settings.timeouts, settings.events, why, waiter, halted=halted)
@@ -282,7 +282,7 @@ async def _attempt(
         if isinstance(greeting, Silent):
             return _silent(settings, greeting, connected_ms)
         if greeting.hello.pid == os.getpid():
-            raise _claimed_twice(settings)
+            raise claimed_twice(settings)
         return await _succeed(settings, greeting, fds)
     except (BrokenPipeError, ConnectionResetError, TimeoutError):
         # The holder went away mid-conversation (e.g. it was just deposed), or
@@ -307,7 +307,7 @@ def _silent(
             "and no holder's record names it: Highlander will not signal it"
         )
     if target.pid == os.getpid():
-        raise _claimed_twice(settings)
+        raise claimed_twice(settings)
     if target.pid != greeting.pid or not holds_lock(target.pid, settings.paths.lock):
         # Either a successor serves the inherited listener before its record
         # exists, or the recorded holder has committed a handover (it let go
@@ -318,13 +318,6 @@ def _silent(
     if greeting.busy:
         return _Busy(target)
     return _Hung(target, Phase.HELLO.value, greeting.halted)
-
-
-def _claimed_twice(settings: Settings) -> ConfigurationError:
-    return ConfigurationError(
-        f"this process already holds {settings.app} for {settings.root}: keep the "
-        "handle from the first ensure_singleton() instead of claiming twice"
-    )
 
 
 def _hello_target(greeting: Greeting, lock_path: str | None) -> Expected:
