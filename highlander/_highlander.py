@@ -16,7 +16,6 @@ import contextlib
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable
 from types import TracebackType
 
@@ -25,7 +24,7 @@ from highlander._bounds import report_all_suppressed
 from highlander._claim import Reign, claim_free, unproven
 from highlander._errors import Deposed, ForeignHolderError, HighlanderError
 from highlander._events import Event, Outcome
-from highlander._log import flush, log
+from highlander._log import flush
 from highlander._modes import Mode, ThrashPolicy
 from highlander._one_claim import AlreadyHoldingError
 from highlander._record import HolderRecord
@@ -320,7 +319,11 @@ class Highlander:
 
     def _become_duplicate(self, settings: Settings) -> None:
         """Run beside the holder: the verdict now, the signed look at the holder meanwhile."""
-        from highlander._observe import probe_in_background, verified_holder  # noqa: PLC0415
+        from highlander._observe import (  # noqa: PLC0415
+            probe_in_background,
+            verified_holder,
+            warn_duplicate,
+        )
 
         self.outcome = Outcome.DUPLICATE
         self.holder = record = verified_holder(settings)
@@ -328,34 +331,18 @@ class Highlander:
         settings.events.emit(Event.DETECTED, holder_pid=holder_pid)
         settings.events.emit(Event.DUPLICATE, holder_pid=holder_pid, outcome=Outcome.DUPLICATE)
         if settings.mode is Mode.WARN:
-            holder = f"pid {record.pid}" if record else "a process that has not written its record"
-            since = (
-                time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.since_ms / 1000))
-                if record
-                else "unknown"
-            )
-            log(
-                "warning",
-                f"another {settings.app} ({holder}, holding since {since}) already serves "
-                f"{settings.root}; this process runs as a duplicate (HIGHLANDER_MODE=warn)",
-                holder_pid=record.pid if record else None,
-            )
+            warn_duplicate(settings, record)
             if self._on_duplicate is not None:
                 self._on_duplicate(record)
         self._probe = probe_in_background(settings, self._probed)
 
     def _probed(self, seen: dict[str, Any]) -> None:
         """WARN: say so when the holder did not answer the signed probe."""
+        from highlander._observe import warn_not_answering  # noqa: PLC0415
+
         assert self.settings is not None
         if self.settings.mode is Mode.WARN and not seen.get("answering"):
-            pid = seen.get("pid")
-            log(
-                "warning",
-                f"the holder of {self.settings.root} ({f'pid {pid}' if pid else 'unknown'}) is not "
-                f"answering ({seen.get('error') or 'no reply in time'}); in AUTO mode it would "
-                "be replaced. Nothing was signalled (HIGHLANDER_MODE=warn)",
-                holder_pid=pid,
-            )
+            warn_not_answering(self.settings, seen)
 
     def _new_incumbent(self) -> Incumbent | None:
         """The server of this reign; ``None`` if release() came first."""

@@ -8,6 +8,9 @@ bounds the whole wait.  Real processes throughout.
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -108,3 +111,63 @@ def test_acquire_on_another_handle_for_the_held_claim_keeps_it(kids: Children) -
     assert child.wait_for("still")["holder"]
     time.sleep(0.2)
     assert child.proc.poll() is None
+
+
+# -- item 12: a warning is an event name plus fields, never a sentence in event= -----------
+
+EVENT_FIELD = re.compile(r"event='([^']*)'")
+
+
+def _event_names(stderr: bytes) -> list[str]:
+    return [m.group(1) for m in EVENT_FIELD.finditer(stderr.decode())]
+
+
+def test_warn_mode_warnings_have_short_event_names(kids: Children) -> None:
+    holder = kids.start()
+    holder.wait_for("ready")
+    os.kill(holder.pid, signal.SIGSTOP)
+    try:
+        duplicate = _helper(
+            kids,
+            """
+            from highlander import Timeouts
+            from highlander._log import flush
+            hl = Highlander(app="child", mode="warn", timeouts=Timeouts(hello=0.3)).acquire()
+            hl._probe.join(30)
+            flush()
+            report(event="done", outcome=hl.outcome.value)
+            """,
+        )
+        assert duplicate.wait_for("done")["outcome"] == "duplicate"
+        status, out, err = duplicate.finish()
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+    assert (status, out) == (0, b"")
+    names = _event_names(err)
+    assert "running_as_duplicate" in names and "holder_not_answering" in names, err
+    assert all(re.fullmatch(r"[a-z_]+", name) for name in names), names
+    lines = err.decode().splitlines()
+    (warned,) = [line for line in lines if "event='running_as_duplicate'" in line]
+    assert f"holder_pid={holder.pid}" in warned and "runs as a duplicate" in warned
+    (silent,) = [line for line in lines if "event='holder_not_answering'" in line]
+    assert "is not answering" in silent and "Nothing was signalled" in silent
+
+
+def test_token_warnings_have_short_event_names(kids: Children) -> None:
+    child = _helper(
+        kids,
+        """
+        from highlander._log import flush
+        hl = Highlander(app="short").acquire()
+        hl.settings.key()
+        flush()
+        report(event="done")
+        """,
+        HIGHLANDER_TOKEN="abc",
+    )
+    child.wait_for("done")
+    _, out, err = child.finish()
+    assert out == b""
+    names = _event_names(err)
+    assert "token_too_short" in names, err
+    assert all(re.fullmatch(r"[a-z_]+", name) for name in names), names
