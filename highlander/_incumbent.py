@@ -119,8 +119,10 @@ class Incumbent:
         """Stop serving; callable from any thread, before or while :meth:`serve` runs."""
         self._stop_requested.set()
         stop = self._stop
-        if stop is None:
-            return  # serve() has not started; it checks the request first thing
+        if stop is None or self.ended.is_set():
+            # Not started (it checks the request first thing), or over: its loop
+            # may be finishing, and a call into it now would wait forever.
+            return
         if threading.get_ident() == self._loop_thread:
             stop.set()
             return
