@@ -20,8 +20,8 @@ from collections.abc import Callable
 from types import TracebackType
 
 from highlander import _one_claim as one_claim
-from highlander._bounds import report_all_suppressed
 from highlander._claim import Reign, claim_free, unproven
+from highlander._ending import ending
 from highlander._errors import Deposed, ForeignHolderError, HighlanderError
 from highlander._events import Event, Outcome
 from highlander._log import flush
@@ -263,9 +263,7 @@ class Highlander:
                 f"({self.outcome.value if self.outcome else 'not acquired'})"
             )
         if self._deposed.is_set() or self._released:
-            ended = self._ended_as
-            ending = _ENDINGS.get(ended, _HELD) if ended is not None else _HELD
-            raise Deposed(f"generation {self.generation} ended: {ending}")
+            raise Deposed(f"generation {self.generation} ended: {ending(self._ended_as)}")
         assert self.settings is not None
         why = unproven(reign, self.settings.paths, self.generation)
         if why is not None:
@@ -319,30 +317,10 @@ class Highlander:
 
     def _become_duplicate(self, settings: Settings) -> None:
         """Run beside the holder: the verdict now, the signed look at the holder meanwhile."""
-        from highlander._observe import (  # noqa: PLC0415
-            probe_in_background,
-            verified_holder,
-            warn_duplicate,
-        )
+        from highlander._observe import become_duplicate  # noqa: PLC0415
 
         self.outcome = Outcome.DUPLICATE
-        self.holder = record = verified_holder(settings)
-        holder_pid = record.pid if record else None
-        settings.events.emit(Event.DETECTED, holder_pid=holder_pid)
-        settings.events.emit(Event.DUPLICATE, holder_pid=holder_pid, outcome=Outcome.DUPLICATE)
-        if settings.mode is Mode.WARN:
-            warn_duplicate(settings, record)
-            if self._on_duplicate is not None:
-                self._on_duplicate(record)
-        self._probe = probe_in_background(settings, self._probed)
-
-    def _probed(self, seen: dict[str, Any]) -> None:
-        """WARN: say so when the holder did not answer the signed probe."""
-        from highlander._observe import warn_not_answering  # noqa: PLC0415
-
-        assert self.settings is not None
-        if self.settings.mode is Mode.WARN and not seen.get("answering"):
-            warn_not_answering(self.settings, seen)
+        self.holder, self._probe = become_duplicate(settings, self._on_duplicate)
 
     def _new_incumbent(self) -> Incumbent | None:
         """The server of this reign; ``None`` if release() came first."""
@@ -358,46 +336,13 @@ class Highlander:
             return self._incumbent
 
     async def _when_deposed(self, outcome: Outcome) -> None:
-        # Runs on the serving loop, which has these loaded; the claim path must not.
-        import inspect  # noqa: PLC0415
-
-        import anyio.to_thread  # noqa: PLC0415
+        from highlander._ending import run_deposed_hook  # noqa: PLC0415 - on the serving loop
 
         self._ended_as = outcome
         self._deposed.set()
-        hook = self._on_deposed
-        if hook is None:
-            _leave_process()
-        elif inspect.iscoroutinefunction(hook):
-            await hook()
-        else:
-            await anyio.to_thread.run_sync(hook)
+        await run_deposed_hook(self._on_deposed)
 
     def _stop_serving(self, incumbent: Incumbent) -> None:
         incumbent.stop()
         if self._thread is not None and self._thread is not threading.current_thread():
             incumbent.ended.wait(timeout=5.0)
-
-
-_HELD = "another process holds it now"
-#: What ``check_current()`` says once a reign ended other than by a successor.
-_ENDINGS = {
-    Outcome.STOPPED: "it was stopped (`highlander stop`)",
-    Outcome.ORPHANED: "the client that started this process is gone",
-    Outcome.STEPPED_DOWN: "this process could not serve it any more and stepped down",
-    Outcome.LOST_RENDEZVOUS: "its lock file or runtime directory was deleted or replaced",
-}
-
-
-def _leave_process() -> None:
-    """The default ``on_deposed``: the state is saved and handed over; leave now.
-
-    ``os._exit`` because a thread blocked reading stdin (the usual stdio
-    server) would otherwise keep the process alive.
-    """
-    report_all_suppressed()  # os._exit skips atexit: say what the rate limit held back
-    flush()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(0)

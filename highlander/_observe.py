@@ -23,8 +23,10 @@ import threading
 import time
 from collections.abc import Callable
 
+from highlander._events import Event, Outcome
 from highlander._identity import Expected, mismatch
 from highlander._log import log
+from highlander._modes import Mode
 from highlander._record import HolderRecord, read_record
 from highlander._settings import Settings
 from highlander._threads import start_daemon
@@ -76,6 +78,27 @@ def probe_in_background(
         then(run_blocking(probe(settings, BLOCKING)))
 
     return start_daemon(run, "highlander-probe")
+
+
+def become_duplicate(
+    settings: Settings, on_duplicate: Callable[[HolderRecord | None], Any] | None
+) -> tuple[HolderRecord | None, threading.Thread]:
+    """Log the verdict, warn (WARN), start the probe; return the verified holder and the probe."""
+    record = verified_holder(settings)
+    holder_pid = record.pid if record else None
+    settings.events.emit(Event.DETECTED, holder_pid=holder_pid)
+    settings.events.emit(Event.DUPLICATE, holder_pid=holder_pid, outcome=Outcome.DUPLICATE)
+    warning = settings.mode is Mode.WARN
+    if warning:
+        warn_duplicate(settings, record)
+        if on_duplicate is not None:
+            on_duplicate(record)
+
+    def probed(seen: dict[str, Any]) -> None:
+        if warning and not seen.get("answering"):
+            warn_not_answering(settings, seen)
+
+    return record, probe_in_background(settings, probed)
 
 
 def warn_duplicate(settings: Settings, record: HolderRecord | None) -> None:
