@@ -22,7 +22,7 @@ from types import TracebackType
 from highlander import _one_claim as one_claim
 from highlander._claim import Reign, claim_free, unproven
 from highlander._ending import ending
-from highlander._errors import Deposed, ForeignHolderError, HighlanderError
+from highlander._errors import ConfigurationError, Deposed, ForeignHolderError, HighlanderError
 from highlander._events import Event, Outcome
 from highlander._log import flush
 from highlander._modes import Mode, ThrashPolicy
@@ -55,6 +55,10 @@ class Highlander:
     ``thrash_limit`` and ``thrash_window``, ``legacy_lock`` (an old lock or
     pid file to migrate from) and ``exit_when_orphaned`` (default True: the
     holder leaves when the process that started it exits).
+
+    Claim with ``Highlander.ensure_singleton(...)``, ``Highlander(...).acquire()``
+    (``timeout=`` bounds the wait), ``with Highlander(...) as hl:`` or
+    ``async with Highlander(...) as hl:``; the two ``with`` forms release on exit.
     """
 
     def __init__(
@@ -139,16 +143,34 @@ class Highlander:
             sys.stderr.flush()
             raise SystemExit(1) from None
 
-    def acquire(self) -> Highlander:
+    def acquire(self, timeout: float | None = None) -> Highlander:
         """Claim the project like :meth:`ensure_singleton`, raising instead of exiting.
 
-        Again on a handle that holds (or runs as a duplicate): returns it.
-        Raises :class:`ConfigurationError` if this process already holds the
-        project through another handle, or holds another app or project.
+        ``timeout`` (seconds) bounds the whole wait, however many attempts
+        it takes; when it runs out, :class:`AcquireTimeoutError` (the holder
+        keeps the project).  ``None`` (the default) waits as long as the
+        holder makes progress, within the configured ``Timeouts``; ``0``
+        takes only a free project.  Again on a handle that holds (or runs as
+        a duplicate): returns it.  Raises :class:`ConfigurationError` if
+        this process already holds the project through another handle, or
+        holds another app or project.
         """
-        return self._acquire_once(reuse=False)
+        return self._acquire_once(reuse=False, timeout=_checked_timeout(timeout))
 
-    def _acquire_once(self, *, reuse: bool) -> Highlander:
+    def __enter__(self) -> Highlander:
+        """``with Highlander(...) as hl:`` acquires (like :meth:`acquire`) ..."""
+        return self.acquire()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """... and releases on the way out, exception or not (never suppresses it)."""
+        self.release()
+
+    def _acquire_once(self, *, reuse: bool, timeout: float | None = None) -> Highlander:
         with hold():
             settings = self._resolve()
             existing = one_claim.find(settings)
@@ -156,11 +178,11 @@ class Highlander:
                 return existing
             if existing is not None and existing.is_holder:
                 raise one_claim.claimed_twice(settings)
-            self._acquire(settings)
+            self._acquire(settings, timeout)
         one_claim.remember(self)
         return self
 
-    def _acquire(self, settings: Settings) -> None:
+    def _acquire(self, settings: Settings, timeout: float | None) -> None:
         reign = self._claim_free(settings)
         if reign is None and settings.mode is not Mode.AUTO:
             self._become_duplicate(settings)
@@ -169,7 +191,7 @@ class Highlander:
             from highlander._newcomer import acquire  # noqa: PLC0415 - contended only
             from highlander._waiting import BLOCKING, run_blocking  # noqa: PLC0415
 
-            result = run_blocking(acquire(settings, BLOCKING))
+            result = run_blocking(acquire(settings, BLOCKING, timeout))
             assert isinstance(result, Reign)  # AUTO never yields a duplicate
             reign = result
         self._begin(reign)
@@ -346,3 +368,15 @@ class Highlander:
         incumbent.stop()
         if self._thread is not None and self._thread is not threading.current_thread():
             incumbent.ended.wait(timeout=5.0)
+
+
+def _checked_timeout(timeout: float | None) -> float | None:
+    """``timeout`` if it is ``None`` or a number of seconds >= 0, else ConfigurationError."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
+        raise ConfigurationError(
+            f"acquire(timeout={timeout!r}): pass a number of seconds >= 0, or None to wait "
+            "as long as the holder makes progress"
+        )
+    return None if timeout == float("inf") else float(timeout)

@@ -48,6 +48,7 @@ from highlander._patience import Patience
 from highlander._record import read_record
 from highlander._settings import Settings
 from highlander._termination import terminate, wait_for_exit
+from highlander._time_limit import OutOfTime, TimeLimit, check, out_of_time, unlimited
 from highlander._values import Value
 from highlander._waiting import Waiter
 from highlander._watch import in_the_way
@@ -130,15 +131,29 @@ _RETRY = _Retry()
 _QUEUE_FULL = _Retry()
 
 
-async def acquire(settings: Settings, waiter: Waiter) -> Reign | Duplicate:
+async def acquire(
+    settings: Settings, waiter: Waiter, timeout: float | None = None
+) -> Reign | Duplicate:
     """Hold the project (or learn that we run as a duplicate); see the module docstring.
 
     ``waiter`` is :data:`~highlander._waiting.BLOCKING` for the sync API (run
     with :func:`~highlander._waiting.run_blocking`), ``ANYIO`` for the async one.
+    ``timeout`` bounds the whole wait (:mod:`highlander._time_limit`); when it
+    runs out, :class:`AcquireTimeoutError`.
     """
+    if timeout is None:
+        return await _acquire(settings, waiter)
+    try:
+        return await _acquire(settings, TimeLimit(waiter, waiter.now() + timeout))
+    except OutOfTime:
+        raise out_of_time(settings, timeout) from None
+
+
+async def _acquire(settings: Settings, waiter: Waiter) -> Reign | Duplicate:
     progress = _Progress(settings, waiter)
     delay = 0.001
     for _ in range(MAX_ATTEMPTS):
+        check(waiter)
         reign = claim_free(settings)
         if reign is not None:
             return reign
@@ -181,9 +196,12 @@ class _Progress:
             await wait_for_exit(result.pid, timeouts.stall, waiter)
             return True
         if isinstance(result, _Hung):
+            check(waiter)  # a kill once begun runs to its end: never begin one out of time
             events.emit(Event.HUNG, peer_pid=result.expected.pid, phase=result.phase)
             why = f"missed {result.phase}"
-            await terminate(result.expected, timeouts, events, why, waiter, halted=result.halted)
+            await terminate(
+                result.expected, timeouts, events, why, unlimited(waiter), halted=result.halted
+            )
             return True
         if isinstance(result, Mismatch):
             # A client that connected while the listener was being handed over
@@ -259,9 +277,12 @@ async def _end_unreachable_holder(settings: Settings, waiter: Waiter, *, queue_f
         )
     if target.pid == os.getpid():
         raise claimed_twice(settings)
+    check(waiter)
     settings.events.emit(Event.HUNG, peer_pid=target.pid, phase="queue" if queue_full else "socket")
     halted = is_halted(target.pid)
-    await terminate(target, settings.timeouts, settings.events, why, waiter, halted=halted)
+    await terminate(
+        target, settings.timeouts, settings.events, why, unlimited(waiter), halted=halted
+    )
 
 
 async def _attempt(
@@ -360,5 +381,7 @@ async def _succeed(
             f"the incumbent (pid {peer.pid}) refused: {event.detail}"
         )
     assert isinstance(event, Saved)
+    # From here the takeover runs to its end (commit or abort), time limit or not.
+    greeting = greeting._replace(waiter=unlimited(waiter))
     reign = await conclude(settings, greeting, event, fds, started)
     return _RETRY if reign is None else reign

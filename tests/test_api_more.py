@@ -171,3 +171,103 @@ def test_token_warnings_have_short_event_names(kids: Children) -> None:
     names = _event_names(err)
     assert "token_too_short" in names, err
     assert all(re.fullmatch(r"[a-z_]+", name) for name in names), names
+
+
+# -- item 17: the sync context manager and acquire(timeout=) ------------------------------
+
+
+def test_with_statement_acquires_and_releases(kids: Children) -> None:
+    go_on = kids.tmp / "go-on"
+    child = _helper(
+        kids,
+        f"""
+        with Highlander(app="ctx") as hl:
+            hl.check_current()
+            report(event="inside", holder=hl.is_holder, generation=hl.generation)
+            while not os.path.exists({str(go_on)!r}):  # until the test says go on
+                time.sleep(0.01)
+        report(event="after", holder=hl.is_holder)
+        time.sleep(60)
+        """,
+    )
+    inside = child.wait_for("inside")
+    assert inside["holder"] and inside["generation"] == 1
+    assert _status(kids, "ctx").returncode == 0
+    go_on.touch()
+    assert child.wait_for("after")["holder"] is False
+    assert _status(kids, "ctx").returncode == 3, "released on leaving the block"
+
+
+def _timed_newcomer(kids: Children, timeout: float, **timeouts: float) -> Child:
+    return _helper(
+        kids,
+        f"""
+        from highlander import AcquireTimeoutError, Timeouts
+        started = time.monotonic()
+        try:
+            Highlander(app="child", timeouts=Timeouts(**{timeouts!r})).acquire(timeout={timeout})
+            report(event="result", outcome="held", took=time.monotonic() - started)
+        except AcquireTimeoutError as exc:
+            report(event="result", outcome="timeout", message=str(exc),
+                   timeout_error=isinstance(exc, TimeoutError),
+                   took=time.monotonic() - started)
+        """,
+    )
+
+
+def test_acquire_timeout_bounds_a_long_save(kids: Children) -> None:
+    holder = kids.start(steps=200, step_delay=0.05)  # a 10 s save that keeps progressing
+    holder.wait_for("ready")
+    newcomer = _timed_newcomer(kids, 1.0)
+    result = newcomer.wait_for("result")
+    assert result["outcome"] == "timeout", result
+    assert 1.0 <= result["took"] < 4.0, result
+    assert result["timeout_error"]
+    assert f"pid {holder.pid}" in result["message"]
+    assert "acquire()" in result["message"] and "highlander status" in result["message"]
+    assert newcomer.finish()[0] == 0
+    assert holder.proc.poll() is None, "the holder keeps the project"
+    assert _status(kids, "child").returncode == 0
+
+
+def test_acquire_timeout_never_signals_a_silent_holder_after_the_time_is_up(
+    kids: Children,
+) -> None:
+    holder = kids.start()
+    holder.wait_for("ready")
+    os.kill(holder.pid, signal.SIGSTOP)
+    try:
+        # Without a time limit this newcomer would wait 30 s for HELLO, then end the holder.
+        newcomer = _timed_newcomer(kids, 0.5, hello=30.0, stall=30.0)
+        result = newcomer.wait_for("result")
+        assert result["outcome"] == "timeout", result
+        assert result["took"] < 3.0, result
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+    assert holder.proc.poll() is None
+    assert not kids.events("terminated") and not kids.events("killed")
+    assert _status(kids, "child").returncode == 0
+
+
+def test_acquire_timeout_zero_takes_a_free_project(kids: Children) -> None:
+    newcomer = _timed_newcomer(kids, 0)
+    assert newcomer.wait_for("result")["outcome"] == "held"
+
+
+def test_acquire_timeout_must_be_seconds(kids: Children) -> None:
+    child = _helper(
+        kids,
+        """
+        from highlander import ConfigurationError
+        for bad in (-1, float("nan"), "5", True):
+            try:
+                Highlander(app="bad").acquire(timeout=bad)
+                report(event="accepted", value=repr(bad))
+            except ConfigurationError as exc:
+                report(event="refused", message=str(exc))
+        report(event="end")
+        """,
+    )
+    heard = [child.next_report() for _ in range(5)]
+    assert [r["event"] for r in heard if r] == ["refused"] * 4 + ["end"], heard
+    assert all("seconds >= 0" in r["message"] for r in heard[:4] if r)
