@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 
-from highlander._errors import ConfigurationError
+from highlander._errors import ConfigurationError, Deposed
 from highlander._events import Outcome
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
@@ -38,7 +38,20 @@ def _claim(settings: Settings) -> tuple[str, str, str]:
 
 
 def _live(handle: Highlander) -> bool:
-    return handle.is_holder or handle.outcome is Outcome.DUPLICATE
+    """A duplicate, or a holder that can still prove its claim (``check_current()``).
+
+    A holder whose lock file was deleted has lost the project even before it
+    notices: a new claim must not be refused in its name.
+    """
+    if handle.outcome is Outcome.DUPLICATE:
+        return True
+    if not handle.is_holder:
+        return False
+    try:
+        handle.check_current()
+    except Deposed:
+        return False
+    return True
 
 
 def find(settings: Settings) -> Highlander | None:
@@ -54,7 +67,7 @@ def find(settings: Settings) -> Highlander | None:
         if handle.settings is not None and _claim(handle.settings) == _claim(settings):
             return handle
     for handle in live:
-        if handle.is_holder and handle.settings is not None:
+        if handle.outcome is not Outcome.DUPLICATE and handle.settings is not None:
             held = handle.settings
             raise AlreadyHoldingError(
                 f"this process already holds {held.app} for {held.root} (generation "
