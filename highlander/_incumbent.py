@@ -271,8 +271,8 @@ class Incumbent:
                 since_ms=record.since_ms,
                 busy=self._successor is not None,
             )
+            # Not logged: a read-only query leaves no trace (a monitor may ask every second).
             await send_frame(sock, conn.send(reply, ANYIO.now()), ANYIO)
-            self.settings.events.emit(Event.STATUS, peer_pid=peer.pid)
         elif isinstance(request, Save):
             await self._answer_save(sock, conn, request, peer)
 
