@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 
 from highlander._errors import (
+    AcquireTimeoutError,
     AuthenticationError,
     ConfigurationError,
     Deposed,
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
     from highlander._record import HolderRecord
 
 __all__ = [
+    "AcquireTimeoutError",
     "AuthenticationError",
     "ConfigurationError",
     "Deposed",

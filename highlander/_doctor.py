@@ -16,9 +16,9 @@ from highlander._rendezvous import (
     RUNTIME_VAR,
     choose_runtime_dir,
     default_runtime_dir,
-    names_key,
     project_paths,
     project_root,
+    read_names_key,
     settled_fallback,
     sun_path_limit,
 )
@@ -47,8 +47,9 @@ def diagnose(
     findings.extend(_runtime_files(directory))
     try:
         root = project_root(project, env=env)
-        # The socket's name comes from the directory's key (made at the first start).
-        secret = names_key(directory) if _private(directory) else bytes(32)
+        # The socket's name comes from the directory's key, made at the first start (not
+        # here: doctor creates nothing); before that, a stand-in of the same length.
+        secret = (read_names_key(directory) if _private(directory) else None) or bytes(32)
         paths = project_paths(directory, app, root, secret=secret)
         size = len(os.fsencode(paths.socket))
         findings.append(

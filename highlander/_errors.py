@@ -14,6 +14,7 @@
     │   ├── ThrashError                 too many successions in the anti-thrash window
     │   └── SaveFailedError             the incumbent's save hook failed
     ├── IncumbentUnreachableError       a live holder does not answer on its socket
+    ├── AcquireTimeoutError             acquire(timeout=) ran out (also a TimeoutError)
     ├── ForeignHolderError              the socket belongs to a process that is not ours
     ├── Deposed                         this process no longer holds the project
     ├── ConfigurationError              a bad option or environment variable
@@ -249,6 +250,16 @@ class IncumbentUnreachableError(HighlanderError):
 
     Its socket is missing or it does not speak in time.  ``highlander status``
     shows the holder; stop it, or remove it from the IDE configuration.
+    """
+
+
+class AcquireTimeoutError(HighlanderError, TimeoutError):
+    """Raised when ``acquire(timeout=...)`` did not hold the project in time.
+
+    The holder keeps the project (a takeover that had committed is finished
+    first; nothing is left half done).  The message names the holder: give
+    ``acquire()`` more time (or ``timeout=None``: wait as long as the holder
+    makes progress), or see what it is doing with ``highlander status``.
     """
 
 

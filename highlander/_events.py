@@ -52,7 +52,6 @@ class Event(enum.StrEnum):
     CLAIMED = "claimed"
     STALE_CLEARED = "stale_cleared"  # a dead holder's socket file was replaced
     RELEASED = "released"  # the holder gave the project up without a successor
-    STATUS = "status"
     BUSY = "busy"
     REFUSED = "refused"
     AUTH_FAILED = "auth_failed"

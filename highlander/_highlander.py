@@ -16,16 +16,17 @@ import contextlib
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable
 from types import TracebackType
 
-from highlander._bounds import report_all_suppressed
+from highlander import _one_claim as one_claim
 from highlander._claim import Reign, claim_free, unproven
-from highlander._errors import Deposed, ForeignHolderError, HighlanderError
+from highlander._ending import ending
+from highlander._errors import ConfigurationError, Deposed, ForeignHolderError, HighlanderError
 from highlander._events import Event, Outcome
-from highlander._log import flush, log
+from highlander._log import flush
 from highlander._modes import Mode, ThrashPolicy
+from highlander._one_claim import AlreadyHoldingError
 from highlander._record import HolderRecord
 from highlander._settings import Settings
 from highlander._threads import hold, start_daemon
@@ -54,6 +55,10 @@ class Highlander:
     ``thrash_limit`` and ``thrash_window``, ``legacy_lock`` (an old lock or
     pid file to migrate from) and ``exit_when_orphaned`` (default True: the
     holder leaves when the process that started it exits).
+
+    Claim with ``Highlander.ensure_singleton(...)``, ``Highlander(...).acquire()``
+    (``timeout=`` bounds the wait), ``with Highlander(...) as hl:`` or
+    ``async with Highlander(...) as hl:``; the two ``with`` forms release on exit.
     """
 
     def __init__(
@@ -121,33 +126,72 @@ class Highlander:
         (wrong token, thrash limit, an unreachable or foreign holder, ...) the
         process ends with status 1 and one line on stderr saying why and what
         to do; use ``Highlander(...).acquire()`` to handle the error yourself.
+
+        Called again in the same process for the same app and project, it
+        returns the first handle.  For another app or project while this
+        process holds one it raises :class:`ConfigurationError` (it does not
+        leave the process: the held claim stays).
         """
         handle = cls(**options)
         try:
-            handle.acquire()
+            return handle._acquire_once(reuse=True)
+        except AlreadyHoldingError:
+            raise
         except HighlanderError as exc:
             flush()
             sys.stderr.write(f"highlander: {exc}\n")
             sys.stderr.flush()
             raise SystemExit(1) from None
-        return handle
 
-    def acquire(self) -> Highlander:
-        """Claim the project like :meth:`ensure_singleton`, raising instead of exiting."""
+    def acquire(self, timeout: float | None = None) -> Highlander:
+        """Claim the project like :meth:`ensure_singleton`, raising instead of exiting.
+
+        ``timeout`` (seconds) bounds the whole wait, however many attempts
+        it takes; when it runs out, :class:`AcquireTimeoutError` (the holder
+        keeps the project).  ``None`` (the default) waits as long as the
+        holder makes progress, within the configured ``Timeouts``; ``0``
+        takes only a free project.  Again on a handle that holds (or runs as
+        a duplicate): returns it.  Raises :class:`ConfigurationError` if
+        this process already holds the project through another handle, or
+        holds another app or project.
+        """
+        return self._acquire_once(reuse=False, timeout=_checked_timeout(timeout))
+
+    def __enter__(self) -> Highlander:
+        """``with Highlander(...) as hl:`` acquires (like :meth:`acquire`) ..."""
+        return self.acquire()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """... and releases on the way out, exception or not (never suppresses it)."""
+        self.release()
+
+    def _acquire_once(self, *, reuse: bool, timeout: float | None = None) -> Highlander:
         with hold():
-            return self._acquire()
+            settings = self._resolve()
+            existing = one_claim.find(settings)
+            if existing is self or (reuse and existing is not None):
+                return existing
+            if existing is not None and existing.is_holder:
+                raise one_claim.claimed_twice(settings)
+            self._acquire(settings, timeout)
+        one_claim.remember(self)
+        return self
 
-    def _acquire(self) -> Highlander:
-        settings = self._resolve()
+    def _acquire(self, settings: Settings, timeout: float | None) -> None:
         reign = self._claim_free(settings)
         if reign is None and settings.mode is not Mode.AUTO:
             self._become_duplicate(settings)
-            return self
+            return
         if reign is None:
             from highlander._newcomer import acquire  # noqa: PLC0415 - contended only
             from highlander._waiting import BLOCKING, run_blocking  # noqa: PLC0415
 
-            result = run_blocking(acquire(settings, BLOCKING))
+            result = run_blocking(acquire(settings, BLOCKING, timeout))
             assert isinstance(result, Reign)  # AUTO never yields a duplicate
             reign = result
         self._begin(reign)
@@ -155,7 +199,6 @@ class Highlander:
             self._thread_main, f"highlander-{settings.app}", after_claims=False
         )
         atexit.register(self.release)
-        return self
 
     def _thread_main(self) -> None:
         # Everything the event-loop side needs is imported here, after the
@@ -179,8 +222,11 @@ class Highlander:
         from highlander._waiting import ANYIO  # noqa: PLC0415
 
         settings = self._resolve()
+        if one_claim.find(settings) is not None:
+            raise one_claim.claimed_twice(settings)
         with hold():
             result = self._claim_free(settings) or await acquire(settings, ANYIO)
+        one_claim.remember(self)
         if isinstance(result, Duplicate):
             self._become_duplicate(settings)
             return self
@@ -239,9 +285,7 @@ class Highlander:
                 f"({self.outcome.value if self.outcome else 'not acquired'})"
             )
         if self._deposed.is_set() or self._released:
-            ended = self._ended_as
-            ending = _ENDINGS.get(ended, _HELD) if ended is not None else _HELD
-            raise Deposed(f"generation {self.generation} ended: {ending}")
+            raise Deposed(f"generation {self.generation} ended: {ending(self._ended_as)}")
         assert self.settings is not None
         why = unproven(reign, self.settings.paths, self.generation)
         if why is not None:
@@ -295,42 +339,10 @@ class Highlander:
 
     def _become_duplicate(self, settings: Settings) -> None:
         """Run beside the holder: the verdict now, the signed look at the holder meanwhile."""
-        from highlander._observe import probe_in_background, verified_holder  # noqa: PLC0415
+        from highlander._observe import become_duplicate  # noqa: PLC0415
 
         self.outcome = Outcome.DUPLICATE
-        self.holder = record = verified_holder(settings)
-        holder_pid = record.pid if record else None
-        settings.events.emit(Event.DETECTED, holder_pid=holder_pid)
-        settings.events.emit(Event.DUPLICATE, holder_pid=holder_pid, outcome=Outcome.DUPLICATE)
-        if settings.mode is Mode.WARN:
-            holder = f"pid {record.pid}" if record else "a process that has not written its record"
-            since = (
-                time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.since_ms / 1000))
-                if record
-                else "unknown"
-            )
-            log(
-                "warning",
-                f"another {settings.app} ({holder}, holding since {since}) already serves "
-                f"{settings.root}; this process runs as a duplicate (HIGHLANDER_MODE=warn)",
-                holder_pid=record.pid if record else None,
-            )
-            if self._on_duplicate is not None:
-                self._on_duplicate(record)
-        self._probe = probe_in_background(settings, self._probed)
-
-    def _probed(self, seen: dict[str, Any]) -> None:
-        """WARN: say so when the holder did not answer the signed probe."""
-        assert self.settings is not None
-        if self.settings.mode is Mode.WARN and not seen.get("answering"):
-            pid = seen.get("pid")
-            log(
-                "warning",
-                f"the holder of {self.settings.root} ({f'pid {pid}' if pid else 'unknown'}) is not "
-                f"answering ({seen.get('error') or 'no reply in time'}); in AUTO mode it would "
-                "be replaced. Nothing was signalled (HIGHLANDER_MODE=warn)",
-                holder_pid=pid,
-            )
+        self.holder, self._probe = become_duplicate(settings, self._on_duplicate)
 
     def _new_incumbent(self) -> Incumbent | None:
         """The server of this reign; ``None`` if release() came first."""
@@ -346,20 +358,11 @@ class Highlander:
             return self._incumbent
 
     async def _when_deposed(self, outcome: Outcome) -> None:
-        # Runs on the serving loop, which has these loaded; the claim path must not.
-        import inspect  # noqa: PLC0415
-
-        import anyio.to_thread  # noqa: PLC0415
+        from highlander._ending import run_deposed_hook  # noqa: PLC0415 - on the serving loop
 
         self._ended_as = outcome
         self._deposed.set()
-        hook = self._on_deposed
-        if hook is None:
-            _leave_process()
-        elif inspect.iscoroutinefunction(hook):
-            await hook()
-        else:
-            await anyio.to_thread.run_sync(hook)
+        await run_deposed_hook(self._on_deposed)
 
     def _stop_serving(self, incumbent: Incumbent) -> None:
         incumbent.stop()
@@ -367,25 +370,13 @@ class Highlander:
             incumbent.ended.wait(timeout=5.0)
 
 
-_HELD = "another process holds it now"
-#: What ``check_current()`` says once a reign ended other than by a successor.
-_ENDINGS = {
-    Outcome.STOPPED: "it was stopped (`highlander stop`)",
-    Outcome.ORPHANED: "the client that started this process is gone",
-    Outcome.STEPPED_DOWN: "this process could not serve it any more and stepped down",
-    Outcome.LOST_RENDEZVOUS: "its lock file or runtime directory was deleted or replaced",
-}
-
-
-def _leave_process() -> None:
-    """The default ``on_deposed``: the state is saved and handed over; leave now.
-
-    ``os._exit`` because a thread blocked reading stdin (the usual stdio
-    server) would otherwise keep the process alive.
-    """
-    report_all_suppressed()  # os._exit skips atexit: say what the rate limit held back
-    flush()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(0)
+def _checked_timeout(timeout: float | None) -> float | None:
+    """``timeout`` if it is ``None`` or a number of seconds >= 0, else ConfigurationError."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
+        raise ConfigurationError(
+            f"acquire(timeout={timeout!r}): pass a number of seconds >= 0, or None to wait "
+            "as long as the holder makes progress"
+        )
+    return None if timeout == float("inf") else float(timeout)

@@ -38,7 +38,7 @@ from highlander._messages import (
     Status,
     StatusReply,
 )
-from highlander._saving import SaveFlight, SaveHook
+from highlander._saving import SaveFlight, SaveHook, describe_failure
 from highlander._serving_guard import ServingFailed, ServingGuard, describe, step_down
 from highlander._settings import Settings
 from highlander._state import Role
@@ -119,8 +119,10 @@ class Incumbent:
         """Stop serving; callable from any thread, before or while :meth:`serve` runs."""
         self._stop_requested.set()
         stop = self._stop
-        if stop is None:
-            return  # serve() has not started; it checks the request first thing
+        if stop is None or self.ended.is_set():
+            # Not started (it checks the request first thing), or over: its loop
+            # may be finishing, and a call into it now would wait forever.
+            return
         if threading.get_ident() == self._loop_thread:
             stop.set()
             return
@@ -243,8 +245,8 @@ class Incumbent:
                 since_ms=record.since_ms,
                 busy=self._successor is not None,
             )
+            # Not logged: a read-only query leaves no trace (a monitor may ask every second).
             await send_frame(sock, conn.send(reply, ANYIO.now()), ANYIO)
-            self.settings.events.emit(Event.STATUS, peer_pid=peer.pid)
         elif isinstance(request, Save):
             await self._answer_save(sock, conn, request, peer)
 
@@ -293,10 +295,7 @@ class Incumbent:
             handoff = await self._save().follow(sock, conn)
             saved = Saved(handoff=handoff, generation=self.reign.record.generation)
         except Exception as exc:  # the hook's failure is reported, never fatal to the holder
-            if isinstance(exc, ProtocolError):
-                detail = f"the save hook's handoff is invalid: {exc}"
-            else:
-                detail = f"the save hook failed: {type(exc).__name__}: {exc}"
+            detail = describe_failure(exc)
             await self._refuse(sock, conn, Reason.INTERNAL, detail)
             events.emit(Event.REFUSED, peer_pid=peer.pid, reason=Reason.INTERNAL, detail=detail)
             return

@@ -28,7 +28,6 @@ from highlander._connection import Closed
 from highlander._deadlines import Phase
 from highlander._errors import (
     AuthenticationError,
-    ConfigurationError,
     ForeignHolderError,
     IncumbentUnreachableError,
     ModeRefusedError,
@@ -44,10 +43,12 @@ from highlander._identity import Expected, holds_lock, is_halted, own_identity
 from highlander._messages import Busy, Intent, ProgressReport, Refused, Save, Saved
 from highlander._modes import Mode
 from highlander._observe import record_target
+from highlander._one_claim import claimed_twice
 from highlander._patience import Patience
 from highlander._record import read_record
 from highlander._settings import Settings
 from highlander._termination import terminate, wait_for_exit
+from highlander._time_limit import OutOfTime, TimeLimit, check, out_of_time, unlimited
 from highlander._values import Value
 from highlander._waiting import Waiter
 from highlander._watch import in_the_way
@@ -130,15 +131,29 @@ _RETRY = _Retry()
 _QUEUE_FULL = _Retry()
 
 
-async def acquire(settings: Settings, waiter: Waiter) -> Reign | Duplicate:
+async def acquire(
+    settings: Settings, waiter: Waiter, timeout: float | None = None
+) -> Reign | Duplicate:
     """Hold the project (or learn that we run as a duplicate); see the module docstring.
 
     ``waiter`` is :data:`~highlander._waiting.BLOCKING` for the sync API (run
     with :func:`~highlander._waiting.run_blocking`), ``ANYIO`` for the async one.
+    ``timeout`` bounds the whole wait (:mod:`highlander._time_limit`); when it
+    runs out, :class:`AcquireTimeoutError`.
     """
+    if timeout is None:
+        return await _acquire(settings, waiter)
+    try:
+        return await _acquire(settings, TimeLimit(waiter, waiter.now() + timeout))
+    except OutOfTime:
+        raise out_of_time(settings, timeout) from None
+
+
+async def _acquire(settings: Settings, waiter: Waiter) -> Reign | Duplicate:
     progress = _Progress(settings, waiter)
     delay = 0.001
     for _ in range(MAX_ATTEMPTS):
+        check(waiter)
         reign = claim_free(settings)
         if reign is not None:
             return reign
@@ -181,9 +196,12 @@ class _Progress:
             await wait_for_exit(result.pid, timeouts.stall, waiter)
             return True
         if isinstance(result, _Hung):
+            check(waiter)  # a kill once begun runs to its end: never begin one out of time
             events.emit(Event.HUNG, peer_pid=result.expected.pid, phase=result.phase)
             why = f"missed {result.phase}"
-            await terminate(result.expected, timeouts, events, why, waiter, halted=result.halted)
+            await terminate(
+                result.expected, timeouts, events, why, unlimited(waiter), halted=result.halted
+            )
             return True
         if isinstance(result, Mismatch):
             # A client that connected while the listener was being handed over
@@ -258,10 +276,13 @@ async def _end_unreachable_holder(settings: Settings, waiter: Waiter, *, queue_f
             "and its record is missing: find it with `fuser` on the .lock file and stop it"
         )
     if target.pid == os.getpid():
-        raise _claimed_twice(settings)
+        raise claimed_twice(settings)
+    check(waiter)
     settings.events.emit(Event.HUNG, peer_pid=target.pid, phase="queue" if queue_full else "socket")
     halted = is_halted(target.pid)
-    await terminate(target, settings.timeouts, settings.events, why, waiter, halted=halted)
+    await terminate(
+        target, settings.timeouts, settings.events, why, unlimited(waiter), halted=halted
+    )
 
 
 async def _attempt(
@@ -282,7 +303,7 @@ async def _attempt(
         if isinstance(greeting, Silent):
             return _silent(settings, greeting, connected_ms)
         if greeting.hello.pid == os.getpid():
-            raise _claimed_twice(settings)
+            raise claimed_twice(settings)
         return await _succeed(settings, greeting, fds)
     except (BrokenPipeError, ConnectionResetError, TimeoutError):
         # The holder went away mid-conversation (e.g. it was just deposed), or
@@ -307,7 +328,7 @@ def _silent(
             "and no holder's record names it: Highlander will not signal it"
         )
     if target.pid == os.getpid():
-        raise _claimed_twice(settings)
+        raise claimed_twice(settings)
     if target.pid != greeting.pid or not holds_lock(target.pid, settings.paths.lock):
         # Either a successor serves the inherited listener before its record
         # exists, or the recorded holder has committed a handover (it let go
@@ -318,13 +339,6 @@ def _silent(
     if greeting.busy:
         return _Busy(target)
     return _Hung(target, Phase.HELLO.value, greeting.halted)
-
-
-def _claimed_twice(settings: Settings) -> ConfigurationError:
-    return ConfigurationError(
-        f"this process already holds {settings.app} for {settings.root}: keep the "
-        "handle from the first ensure_singleton() instead of claiming twice"
-    )
 
 
 def _hello_target(greeting: Greeting, lock_path: str | None) -> Expected:
@@ -367,5 +381,7 @@ async def _succeed(
             f"the incumbent (pid {peer.pid}) refused: {event.detail}"
         )
     assert isinstance(event, Saved)
+    # From here the takeover runs to its end (commit or abort), time limit or not.
+    greeting = greeting._replace(waiter=unlimited(waiter))
     reign = await conclude(settings, greeting, event, fds, started)
     return _RETRY if reign is None else reign

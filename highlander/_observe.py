@@ -11,14 +11,22 @@ The signed look at the holder (its HELLO, verified with the token and
 against the kernel) then runs on a daemon thread: it reports a holder that
 does not answer (events ``timeout`` and ``hung``, and in WARN a warning on
 stderr) and never delays the start.  Nothing here signals anybody.
+
+WARN's warnings are events like any other line on stderr: a short
+``event=`` name (``running_as_duplicate``, ``holder_not_answering``), the
+facts as fields, and the sentence for a human in ``message=``.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
+from highlander._events import Event, Outcome
 from highlander._identity import Expected, mismatch
+from highlander._log import log
+from highlander._modes import Mode
 from highlander._record import HolderRecord, read_record
 from highlander._settings import Settings
 from highlander._threads import start_daemon
@@ -70,3 +78,63 @@ def probe_in_background(
         then(run_blocking(probe(settings, BLOCKING)))
 
     return start_daemon(run, "highlander-probe")
+
+
+def become_duplicate(
+    settings: Settings, on_duplicate: Callable[[HolderRecord | None], Any] | None
+) -> tuple[HolderRecord | None, threading.Thread]:
+    """Log the verdict, warn (WARN), start the probe; return the verified holder and the probe."""
+    record = verified_holder(settings)
+    holder_pid = record.pid if record else None
+    settings.events.emit(Event.DETECTED, holder_pid=holder_pid)
+    settings.events.emit(Event.DUPLICATE, holder_pid=holder_pid, outcome=Outcome.DUPLICATE)
+    warning = settings.mode is Mode.WARN
+    if warning:
+        warn_duplicate(settings, record)
+        if on_duplicate is not None:
+            on_duplicate(record)
+
+    def probed(seen: dict[str, Any]) -> None:
+        if warning and not seen.get("answering"):
+            warn_not_answering(settings, seen)
+
+    return record, probe_in_background(settings, probed)
+
+
+def warn_duplicate(settings: Settings, record: HolderRecord | None) -> None:
+    """WARN: one warning on stderr that this process runs beside the holder ``record``."""
+    holder = f"pid {record.pid}" if record else "a process that has not written its record"
+    since = (
+        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.since_ms / 1000))
+        if record
+        else "unknown"
+    )
+    log(
+        "warning",
+        "running_as_duplicate",
+        holder_pid=record.pid if record else None,
+        holding_since=since,
+        project=settings.root,
+        message=(
+            f"another {settings.app} ({holder}, holding since {since}) already serves "
+            f"{settings.root}; this process runs as a duplicate (HIGHLANDER_MODE=warn)"
+        ),
+    )
+
+
+def warn_not_answering(settings: Settings, seen: dict[str, Any]) -> None:
+    """WARN: the holder did not answer the signed probe (``seen`` from the probe)."""
+    pid = seen.get("pid")
+    error = seen.get("error") or "no reply in time"
+    log(
+        "warning",
+        "holder_not_answering",
+        holder_pid=pid,
+        project=settings.root,
+        error=error,
+        message=(
+            f"the holder of {settings.root} ({f'pid {pid}' if pid else 'unknown'}) is not "
+            f"answering ({error}); in AUTO mode it would be replaced. Nothing was "
+            "signalled (HIGHLANDER_MODE=warn)"
+        ),
+    )

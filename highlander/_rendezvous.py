@@ -1,7 +1,8 @@
 """Where a project's instances meet: project root, runtime directory, file names.
 
 Path logic is pure and takes the environment as an argument; the only
-function that touches the file system is :func:`ensure_runtime_dir`.
+function that creates anything is :func:`ensure_runtime_dir` (and the names
+key, :mod:`highlander._names_key`); :func:`verify_runtime_dir` only looks.
 
 * Project root: explicit argument, ``HIGHLANDER_PROJECT``,
   ``CLAUDE_PROJECT_DIR``, then the working directory; always ``realpath``-ed,
@@ -25,14 +26,18 @@ function that touches the file system is :func:`ensure_runtime_dir`.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import stat
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from highlander._errors import ConfigurationError, SocketPathTooLongError, UnsafeRuntimeDirError
+
+# Re-exported: the names key used to live here.
+from highlander._names_key import NAMES_KEY as NAMES_KEY  # noqa: PLC0414
+from highlander._names_key import names_key as names_key  # noqa: PLC0414
+from highlander._names_key import read_names_key as read_names_key  # noqa: PLC0414
 from highlander._values import Value
 
 # The interpreter's built-in SHA-256: hashlib would first load OpenSSL, which
@@ -220,6 +225,11 @@ def ensure_runtime_dir(path: str) -> str:
             f"cannot create the runtime directory {path}: {exc.strerror}; "
             f"set {RUNTIME_VAR} to a directory you own"
         ) from exc
+    return verify_runtime_dir(path)
+
+
+def verify_runtime_dir(path: str) -> str:
+    """Check an existing ``path`` as :func:`ensure_runtime_dir` does, creating nothing."""
     st = os.lstat(path)
     uid = os.geteuid()
     hint = f"or set {RUNTIME_VAR} to a private directory"
@@ -341,51 +351,3 @@ PRIVATE_TAG_CHARS = 8
 
 def _private_len(runtime_dir: str, base: str) -> int:
     return len(os.fsencode(os.path.join(runtime_dir, f".{base}.{'x' * PRIVATE_TAG_CHARS}")))
-
-
-#: The runtime directory's key for socket names (:func:`names_key`).
-NAMES_KEY = "names.key"
-_NAMES_KEY_BYTES = 32
-
-
-def names_key(runtime_dir: str) -> bytes:
-    """The per-user key that names sockets in ``runtime_dir``; created on first use.
-
-    Random, 0600, in the 0700 directory: no other user can read it, so no
-    other user can tell which socket belongs to which app and project.
-    Published like the token secret: written under an ``O_EXCL`` private
-    name, then hard-linked into place, so concurrent first starts agree.
-    """
-    from highlander._files import open_regular  # noqa: PLC0415 - keeps this module pure
-
-    path = os.path.join(runtime_dir, NAMES_KEY)
-    for _ in range(3):
-        try:
-            fd = open_regular(path, os.O_RDONLY)
-        except FileNotFoundError:
-            _publish_names_key(path, open_regular)
-            continue
-        try:
-            data = os.read(fd, _NAMES_KEY_BYTES + 1)
-        finally:
-            os.close(fd)
-        if len(data) == _NAMES_KEY_BYTES:
-            return data
-        from highlander._files import unsafe  # noqa: PLC0415
-
-        raise unsafe(path, f"it holds {len(data)} bytes, not a {_NAMES_KEY_BYTES}-byte key")
-    raise UnsafeRuntimeDirError(f"{path} keeps vanishing: is something cleaning {runtime_dir}?")
-
-
-def _publish_names_key(path: str, open_regular: Callable[[str, int], int]) -> None:
-    tmp = f"{path}.{os.urandom(6).hex()}.tmp"
-    fd = open_regular(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-    try:
-        os.write(fd, os.urandom(_NAMES_KEY_BYTES))
-        os.close(fd)
-        # A concurrent first start may have published its key: that one counts.
-        with contextlib.suppress(FileExistsError):
-            os.link(tmp, path)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)

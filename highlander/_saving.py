@@ -12,13 +12,16 @@ The hook runs in a worker thread (sync) or on the loop (async); each
 ``Progress.advance()`` wakes the follower's pump, which sends the latest
 state, so the hook never waits on the network and a slow peer never delays
 the save.  The hook's own exception is kept whole (:attr:`SaveFlight.error`)
-so the refusal names it.
+so the refusal names it (:func:`describe_failure`: type and message, the
+leaves of an exception group), and its traceback goes to the holder's stderr
+once per run (``save_hook_failed``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 import socket
 import threading
 from collections.abc import Callable
@@ -31,6 +34,8 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from highlander._connection import Connection
+from highlander._errors import ProtocolError
+from highlander._log import log
 from highlander._messages import ProgressReport
 from highlander._progress import Progress
 from highlander._waiting import ANYIO
@@ -70,6 +75,12 @@ class SaveFlight:
             self.handoff = value
         except Exception as exc:  # reported to the newcomer and in the event log
             self.error = exc
+            log(
+                "warning",
+                "save_hook_failed",
+                error=_name(exc),
+                traceback=_traceback(exc),
+            )
         finally:
             self.finished.set()
             self._wake_all()
@@ -113,6 +124,52 @@ class SaveFlight:
         if self.error is not None:
             raise self.error
         return self.handoff
+
+
+#: Frames of a failed hook's traceback kept on stderr (the innermost ones).
+TRACEBACK_FRAMES = 12
+
+
+def describe_failure(exc: BaseException) -> str:
+    """What a failed save says to the newcomer and in the event log: the original error.
+
+    ``the save hook failed: ValueError: disk full``; for an exception group
+    (a task group inside the hook), its innermost errors, not the group's
+    own generic message.
+    """
+    if isinstance(exc, ProtocolError):
+        return f"the save hook's handoff is invalid: {exc}"
+    return f"the save hook failed: {_name(exc)}"
+
+
+def _name(exc: BaseException) -> str:
+    leaves = _leaves(exc)
+    named = "; ".join(f"{type(leaf).__name__}: {leaf}" for leaf in leaves[:3])
+    if len(leaves) > 3:
+        named += f"; and {len(leaves) - 3} more"
+    return named
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _traceback(exc: BaseException) -> str:
+    """The hook's traceback from its own first frame (ours and anyio's left out)."""
+    import traceback  # noqa: PLC0415 - only when a hook failed
+
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None and _plumbing(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    lines = traceback.format_exception(type(exc), exc, tb, limit=-TRACEBACK_FRAMES)
+    return "".join(lines).rstrip()
+
+
+def _plumbing(filename: str) -> bool:
+    """Whether a frame is Highlander's or anyio's, between the holder and the hook."""
+    return filename.startswith((os.path.dirname(__file__), os.path.dirname(anyio.__file__)))
 
 
 async def _call_hook(hook: SaveHook | None, progress: Progress) -> Any:

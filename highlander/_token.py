@@ -58,16 +58,21 @@ def resolve_token(
         path = os.path.join(runtime_dir, SECRET_FILE)
         warn_once(
             "token-file",
-            f"{TOKEN_VAR} is not set; using the per-user secret file {path}. It keeps other "
-            "users out, but any process running as you can read it and take over the project. "
-            f"Set {TOKEN_VAR} in the MCP config of every client to require the token.",
+            "token_from_secret_file",
+            path=path,
+            message=f"{TOKEN_VAR} is not set; using the per-user secret file {path}. It keeps "
+            "other users out, but any process running as you can read it and take over the "
+            f"project. Set {TOKEN_VAR} in the MCP config of every client to require the token.",
         )
         return Token(load_or_create_secret(runtime_dir), f"secret file {path}")
     if len(secret) < MIN_TOKEN_CHARS:
         warn_once(
             "token-short",
-            f"{source} is only {len(secret)} bytes; use at least 32 random characters, e.g. "
-            "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'",
+            "token_too_short",
+            source=source,
+            bytes=len(secret),
+            message=f"{source} is only {len(secret)} bytes; use at least 32 random characters, "
+            "e.g. python3 -c 'import secrets; print(secrets.token_urlsafe(32))'",
         )
     return Token(secret, source)
 

@@ -1,13 +1,19 @@
 """The ``highlander`` command line (the one module that writes to stdout).
 
-Exit statuses: 0 success; 1 failure (the message says why); 2 usage error;
-3 no holder (``status``, ``stop``); ``run`` returns the command's status.
+Exit statuses (docs/guide.md has the table per command): 0 success (for
+``status``: a holder answers); 1 failure (the message says why); 2 usage
+error; 3 no holder (``status``, ``stop``); 4 a holder holds the project but
+did not answer a signed STATUS (``status``); ``run`` returns the command's.
+
+With ``--json`` every call prints exactly one JSON document on stdout,
+errors included (``{"error": ..., "exit": N}``); only ``events --follow``
+streams, one JSON object per line.  ``status``, ``events`` and ``doctor``
+only look: they create nothing and log nothing (:mod:`highlander._inspect`).
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import secrets
@@ -16,31 +22,60 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import Any, NoReturn
 
 from highlander import __version__
 
-NO_HOLDER = 3
+OK, FAILURE, USAGE, NO_HOLDER, NOT_ANSWERING = 0, 1, 2, 3, 4
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, plus a JSON error document on stdout when ``--json`` was asked for."""
+
+    #: Set by :func:`main` before parsing (subcommand parsers share it).
+    json_wanted = False
+
+    def error(self, message: str) -> NoReturn:
+        """Report a usage error (also as JSON with ``--json``) and exit with status 2."""
+        if _Parser.json_wanted:
+            _print({"error": message, "exit": USAGE, "usage": self.format_usage().strip()})
+        super().error(message)
+
+
+def _count(text: str) -> int:
+    """``events -n``: a count of 0 or more (0: every event)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(
+            f"{value} is negative: give 0 or more (0 prints every event)"
+        )
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``highlander`` command."""
-    shared = argparse.ArgumentParser(add_help=False)
+    shared = _Parser(add_help=False)
     shared.add_argument("--project", help="project root (default: HIGHLANDER_PROJECT, cwd)")
     shared.add_argument("--app", help="app name (default: the only app found for the project)")
     shared.add_argument("--runtime-dir", help="runtime directory (default: as the library)")
     shared.add_argument("--json", action="store_true", help="print data as JSON")
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="highlander",
         description="There can be only one: inspect and control Highlander holders.",
-        epilog="Exit statuses: 0 ok, 1 failure, 2 usage, 3 no holder; run: the command's.",
+        epilog="Exit statuses: 0 ok, 1 failure, 2 usage, 3 no holder, 4 holder not answering "
+        "(status); run: the command's. With --json, one JSON document on stdout, errors too.",
     )
     parser.add_argument("--version", action="version", version=f"highlander {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("status", parents=[shared], help="who holds the project")
     sub.add_parser("stop", parents=[shared], help="ask the holder to save and leave")
     events = sub.add_parser("events", parents=[shared], help="the project's event log")
-    events.add_argument("-n", type=int, default=20, help="how many recent events (default 20)")
+    events.add_argument(
+        "-n", type=_count, default=20, help="how many recent events (default 20; 0: all of them)"
+    )
     events.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
     sub.add_parser("doctor", parents=[shared], help="check this machine and configuration")
     sub.add_parser("token", parents=[shared], help="print a new token and IDE config snippets")
@@ -54,7 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the process exit status."""
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    _Parser.json_wanted = "--json" in (words[: words.index("--")] if "--" in words else words)
+    args = build_parser().parse_args(words)
     handler = {
         "status": _status,
         "stop": _stop,
@@ -68,51 +105,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(handler(args))
     except HighlanderError as exc:
-        sys.stderr.write(f"highlander: {exc}\n")
-        return 1
+        return _fail(args, str(exc))
     except KeyboardInterrupt:
         return 130
 
 
+def _fail(args: argparse.Namespace, message: str, status: int = FAILURE, **data: Any) -> int:
+    """Say what went wrong: one line on stderr, and with ``--json`` one document on stdout."""
+    sys.stderr.write(f"highlander: {message}\n")
+    if getattr(args, "json", False):
+        _print({"error": message, "exit": status, **data})
+    return status
+
+
 def _app(args: argparse.Namespace) -> str:
-    """The app named, or the only one that has files for this project."""
+    """The app named, or the only one that has files for this project (else NoApp/error)."""
     if args.app:
         return str(args.app)
-    from highlander._errors import ConfigurationError  # noqa: PLC0415
-    from highlander._rendezvous import (  # noqa: PLC0415
-        HASH_CHARS,
-        choose_runtime_dir,
-        project_key,
-        project_root,
-    )
+    from highlander._inspect import only_app  # noqa: PLC0415
 
-    digest = project_key(project_root(args.project)).hex()[:HASH_CHARS]
-    directory = choose_runtime_dir(args.runtime_dir)
-    found = sorted(
-        os.path.basename(path)[: -len(f"-{digest}.state")]
-        for path in glob.glob(os.path.join(glob.escape(directory), f"*-{digest}.state"))
-    )
-    if len(found) == 1:
-        return found[0]
-    known = ", ".join(found) if found else "none"
-    raise ConfigurationError(f"pass --app (apps with state for this project: {known})")
+    return only_app(args.project, args.runtime_dir, os.environ)
 
 
 def _settings(args: argparse.Namespace) -> Any:
-    from highlander._events import EventLog  # noqa: PLC0415
-    from highlander._settings import Settings  # noqa: PLC0415
+    """Settings to look at (or stop) the holder: creates nothing, logs nothing."""
+    from highlander._inspect import look  # noqa: PLC0415
 
-    settings = Settings.resolve(
-        app=_app(args),
-        project=args.project,
-        mode=None,
-        token=None,
-        timeouts=None,
-        runtime_dir=args.runtime_dir,
-    )
-    # The command reports what it finds itself; the holder logs what it was asked.
-    settings.events = EventLog(None, app=settings.app, mode=settings.mode.value, quiet=True)
-    return settings
+    return look(app=_app(args), project=args.project, runtime_dir=args.runtime_dir)
 
 
 def _print(data: Any) -> None:
@@ -122,10 +141,16 @@ def _print(data: Any) -> None:
 def _status(args: argparse.Namespace) -> int:
     from highlander._control import query_status, uptime  # noqa: PLC0415
     from highlander._events import read_events  # noqa: PLC0415
+    from highlander._inspect import NoApp  # noqa: PLC0415
     from highlander._waiting import BLOCKING, run_blocking  # noqa: PLC0415
 
-    settings = _settings(args)
+    try:
+        settings = _settings(args)
+    except NoApp as exc:  # nothing ever ran for this project here: no holder
+        return _no_holder(args, None, str(exc))
     found = run_blocking(query_status(settings, BLOCKING))
+    if not found.held:
+        return _no_holder(args, settings, None)
     record, reply = found.record, found.reply
     data: dict[str, Any] = {
         "held": found.held,
@@ -135,7 +160,7 @@ def _status(args: argparse.Namespace) -> int:
         "answers": reply is not None,
         "problem": found.problem,
     }
-    if found.held and record is not None:
+    if record is not None:
         data.update(
             pid=record.pid,
             exe=record.exe,
@@ -147,11 +172,38 @@ def _status(args: argparse.Namespace) -> int:
     data["last_events"] = read_events(settings.paths.events, 5)
     if args.json:
         _print(data)
-    elif not found.held:
-        sys.stdout.write(f"no holder for {settings.app} in {settings.root}\n")
     else:
         _print_status(data)
-    return 0 if found.held else NO_HOLDER
+    return OK if reply is not None else NOT_ANSWERING
+
+
+def _no_holder(args: argparse.Namespace, settings: Any, problem: str | None) -> int:
+    """``status`` with nobody holding the project (exit 3)."""
+    from highlander._events import read_events  # noqa: PLC0415
+
+    app = settings.app if settings is not None else None
+    if args.json:
+        _print(
+            {
+                "held": False,
+                "app": app,
+                "project": settings.root if settings is not None else _root(args),
+                "socket": None,
+                "answers": False,
+                "problem": problem,
+                "last_events": read_events(settings.paths.events, 5) if settings else [],
+            }
+        )
+    else:
+        where = settings.root if settings is not None else _root(args)
+        sys.stdout.write(f"no holder for {app or 'any app'} in {where}\n")
+    return NO_HOLDER
+
+
+def _root(args: argparse.Namespace) -> str:
+    from highlander._rendezvous import project_root  # noqa: PLC0415
+
+    return project_root(args.project)
 
 
 def _print_status(data: dict[str, Any]) -> None:
@@ -188,13 +240,17 @@ def _event_line(event: dict[str, Any]) -> str:
 
 def _stop(args: argparse.Namespace) -> int:
     from highlander._control import lock_is_held, request_stop  # noqa: PLC0415
+    from highlander._inspect import NoApp  # noqa: PLC0415
     from highlander._messages import ProgressReport  # noqa: PLC0415
     from highlander._waiting import BLOCKING, run_blocking  # noqa: PLC0415
 
-    settings = _settings(args)
+    try:
+        settings = _settings(args)
+    except NoApp as exc:
+        return _fail(args, f"no holder: {exc}", NO_HOLDER, held=False)
     if not lock_is_held(settings.paths.lock):
-        sys.stderr.write(f"highlander: no holder for {settings.app} in {settings.root}\n")
-        return NO_HOLDER
+        message = f"no holder for {settings.app} in {settings.root}"
+        return _fail(args, message, NO_HOLDER, held=False)
 
     def show(step: ProgressReport) -> None:
         count = f" {step.done}/{step.total}" if step.total is not None else ""
@@ -206,7 +262,7 @@ def _stop(args: argparse.Namespace) -> int:
         _print({"stopped": pid, "handoff": handoff})
     else:
         sys.stdout.write(f"stopped pid {pid}; handoff: {json.dumps(handoff)}\n")
-    return 0
+    return OK
 
 
 def _events(args: argparse.Namespace) -> int:
@@ -215,16 +271,20 @@ def _events(args: argparse.Namespace) -> int:
     settings = _settings(args)
     path = settings.paths.events
     history, offset = snapshot_events(path)
-    for event in history[-args.n :] if args.n else history:
+    shown = history[-args.n :] if args.n else history
+    if args.json and not args.follow:
+        _print(shown)  # one document: the list
+        return OK
+    for event in shown:
         sys.stdout.write((json.dumps(event) if args.json else _event_line(event)) + "\n")
     sys.stdout.flush()
-    while args.follow:  # until interrupted, like tail -f
+    while args.follow:  # until interrupted, like tail -f; with --json, one object per line
         time.sleep(0.25)
         new, offset = read_new_events(path, offset)
         for event in new:
             sys.stdout.write((json.dumps(event) if args.json else _event_line(event)) + "\n")
         sys.stdout.flush()
-    return 0
+    return OK
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -247,7 +307,7 @@ def _doctor(args: argparse.Namespace) -> int:
             if finding.fix:
                 line += f"\n     fix: {finding.fix}"
             sys.stdout.write(line + "\n")
-    return 1 if any(finding.verdict == FAIL for finding in findings) else 0
+    return FAILURE if any(finding.verdict == FAIL for finding in findings) else OK
 
 
 def _token(args: argparse.Namespace) -> int:
@@ -271,14 +331,12 @@ def _run(args: argparse.Namespace) -> int:
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
-        sys.stderr.write("highlander: run needs a command: highlander run -- CMD ARGS...\n")
-        return 2
+        return _fail(args, "run needs a command: highlander run -- CMD ARGS...", USAGE)
     name = args.on_save_signal.upper()
     try:
         signum = signal.Signals[name if name.startswith("SIG") else f"SIG{name}"]
     except KeyError:
-        sys.stderr.write(f"highlander: unknown signal {args.on_save_signal!r}\n")
-        return 2
+        return _fail(args, f"unknown signal {args.on_save_signal!r}", USAGE)
     return run(
         cmd,
         save_signal=signum,

@@ -62,6 +62,10 @@ def _save(progress: Progress) -> dict[str, Any]:
         i += 1
     if behaviour == "stall":
         time.sleep(3600)
+    if behaviour == "raise":
+        raise ValueError(f"disk on fire in {os.getpid()}")
+    if behaviour == "raise_group":
+        raise ExceptionGroup("unhandled errors in a TaskGroup", [OSError(28, "No space left")])
     return {"counter": state["counter"], "blob": cfg.get("blob", ""), "from": os.getpid()}
 
 
@@ -71,6 +75,15 @@ async def async_save(progress: Progress) -> dict[str, Any]:
     for i in range(int(cfg.get("steps", 3))):
         await anyio.sleep(float(cfg.get("step_delay", 0.01)))
         progress.advance(f"step {i}")
+    if cfg.get("save") == "raise":
+        raise ValueError(f"disk on fire in {os.getpid()}")
+    if cfg.get("save") == "raise_group":
+
+        async def write_index() -> None:
+            raise OSError(28, "No space left")
+
+        async with anyio.create_task_group() as tg:  # the usual way a group reaches a hook
+            tg.start_soon(write_index)
     return {"counter": state["counter"], "from": os.getpid()}
 
 
@@ -204,24 +217,53 @@ def apply_limits_and_faults() -> None:
         socket.socket.accept = accept  # type: ignore[method-assign]
 
 
+def hook_for(api: str) -> Any:
+    """The save hook: the API's own kind, unless ``"hook": "sync"|"async"`` says otherwise."""
+    return async_save if cfg.get("hook", api) == "async" else save
+
+
+def report_error(exc: BaseException) -> None:
+    """``"report_errors": true``: tell the test which error ended the claim."""
+    report(event="error", type=type(exc).__name__, message=str(exc))
+
+
 def main() -> None:
     pause_before_ack()
     apply_limits_and_faults()
     if cfg.get("async"):
         import anyio
 
+        from highlander import HighlanderError
+
         async def run() -> None:
             opts = options()
-            opts["on_save"] = async_save
-            async with Highlander(**opts) as hl:
-                reign(hl)
-                await anyio.sleep(float(cfg.get("hold", 30)))
-                if hl.is_holder:
-                    witness("release", hl.generation)
+            opts["on_save"] = hook_for("async")
+            try:
+                async with Highlander(**opts) as hl:
+                    reign(hl)
+                    await anyio.sleep(float(cfg.get("hold", 30)))
+                    if hl.is_holder:
+                        witness("release", hl.generation)
+            except HighlanderError as exc:
+                if not cfg.get("report_errors"):
+                    raise
+                report_error(exc)
+                sys.exit(1)
 
         anyio.run(run)
         return
-    hl = Highlander.ensure_singleton(**options())
+    opts = options()
+    opts["on_save"] = hook_for("sync")
+    if cfg.get("report_errors"):
+        from highlander import HighlanderError
+
+        try:
+            hl = Highlander(**opts).acquire()
+        except HighlanderError as exc:
+            report_error(exc)
+            sys.exit(1)
+    else:
+        hl = Highlander.ensure_singleton(**opts)
     reign(hl)
     time.sleep(float(cfg.get("hold", 30)))
     if hl.is_holder:

@@ -1,0 +1,58 @@
+"""How a reign ends: what ``check_current()`` says afterwards, and the default ``on_deposed``."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+from highlander._bounds import report_all_suppressed
+from highlander._events import Outcome
+from highlander._log import flush
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+_HELD = "another process holds it now"
+#: What ``check_current()`` says once a reign ended other than by a successor.
+_ENDINGS = {
+    Outcome.STOPPED: "it was stopped (`highlander stop`)",
+    Outcome.ORPHANED: "the client that started this process is gone",
+    Outcome.STEPPED_DOWN: "this process could not serve it any more and stepped down",
+    Outcome.LOST_RENDEZVOUS: "its lock file or runtime directory was deleted or replaced",
+}
+
+
+def ending(outcome: Outcome | None) -> str:
+    """How a reign that ended as ``outcome`` (``None``: released or deposed) ended, in words."""
+    return _ENDINGS.get(outcome, _HELD) if outcome is not None else _HELD
+
+
+async def run_deposed_hook(hook: Callable[[], Any] | None) -> None:
+    """Run the application's ``on_deposed`` (sync in a worker thread), or leave the process."""
+    import inspect  # noqa: PLC0415 - on the serving loop, off the claim path
+
+    import anyio.to_thread  # noqa: PLC0415
+
+    if hook is None:
+        leave_process()
+    elif inspect.iscoroutinefunction(hook):
+        await hook()
+    else:
+        await anyio.to_thread.run_sync(hook)
+
+
+def leave_process() -> None:
+    """The default ``on_deposed``: the state is saved and handed over; leave now.
+
+    ``os._exit`` because a thread blocked reading stdin (the usual stdio
+    server) would otherwise keep the process alive.
+    """
+    report_all_suppressed()  # os._exit skips atexit: say what the rate limit held back
+    flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
