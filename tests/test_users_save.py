@@ -9,12 +9,21 @@ real processes.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from proctools import Children
 
 
 def _refusals_by(kids: Children, pid: int) -> list[str]:
-    return [e["detail"] for e in kids.events("refused") if e["pid"] == pid]
+    """The holder's ``refused`` details, once it has written one (it does so right after
+    sending REFUSED, so the newcomer may report first); bounded by a hang guard."""
+    deadline = time.monotonic() + 10.0
+    while True:
+        found = [e["detail"] for e in kids.events("refused") if e["pid"] == pid]
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.01)
 
 
 @pytest.mark.parametrize(
