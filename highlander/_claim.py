@@ -36,17 +36,15 @@ import os
 import stat
 import time
 
-from highlander._errors import ForeignHolderError, RemoteProtocolError, UnsafeFileError
+from highlander._errors import ForeignHolderError
 from highlander._events import Event, Outcome
 from highlander._fencing import read_floor, store_floor
-from highlander._files import cannot_hold, current_file_id, lstat_problem, open_regular
+from highlander._files import cannot_hold, lstat_problem, open_regular
 from highlander._identity import boot_id, cmdline, fd_holds_flock, own_identity
 from highlander._record import (
     GENERATION_MAX,
     HolderRecord,
-    install_record,
     read_record,
-    stage_record,
     write_record,
 )
 from highlander._settings import Settings
@@ -330,82 +328,3 @@ def new_record(
         cmdline=cmdline(me.pid),
         successions_ms=settings.thrash.recent(history, now_ms),
     )
-
-
-def adopt_handover(settings: Settings, fds: list[int]) -> tuple[ProjectLock, Listener]:
-    """Adopt the lock and the listener a predecessor passed with SAVED (in that order)."""
-    from highlander._listener import Listener  # noqa: PLC0415 - only a successor adopts
-
-    if len(fds) != 2:
-        raise RemoteProtocolError(
-            f"SAVED arrived with {len(fds)} descriptors instead of the lock and the listener"
-        )
-    lock = ProjectLock.adopt(fds[0], settings.paths.lock)
-    listener = Listener.adopt(fds[1], settings.paths)
-    if lock is None or listener is None:
-        if lock is not None:
-            lock.release()
-        if listener is not None:
-            listener.close(unlink=False)
-        raise RemoteProtocolError("SAVED carried descriptors that are not this project's")
-    return lock, listener
-
-
-class Staged(Value):
-    """A successor's takeover, prepared before the handover commits."""
-
-    record: HolderRecord
-    #: The record, written to a private file beside ``.state``, ready to rename.
-    path: str
-
-
-def prepare_takeover(settings: Settings, lock: ProjectLock, *, generation: int) -> Staged:
-    """Stage the record of the reign after ``generation``: all that can fail, before the commit.
-
-    Raises ``OSError`` (no space, ...) or
-    :class:`~highlander._errors.UnsafeFileError` (a ``.state`` that is a
-    directory); the caller then declines the handover and the incumbent keeps
-    the project.
-    """
-    previous = read_record(settings.paths.state)
-    floor = max(lock.stored_generation(), generation, read_floor(settings.floor_path))
-    record = new_record(settings, previous, successor_of=generation, floor=floor)
-    return Staged(record, stage_record(settings.paths.state, record))
-
-
-def take_over(
-    settings: Settings,
-    lock: ProjectLock,
-    listener: Listener,
-    staged: Staged,
-    *,
-    handoff: dict[str, Any] | None,
-    predecessor: int,
-    started: float,
-) -> Reign:
-    """Begin the reign the handover committed to us: take the listener, install the record."""
-    listener.own()
-    if listener.file_id is None or listener.file_id != current_file_id(settings.paths.socket):
-        # The socket file was deleted or replaced during the handover (or the
-        # incumbent published a fresh one meanwhile): publish ours (we hold
-        # the lock) rather than reign unreachable.
-        listener.close(unlink=False)
-        listener, _ = type(listener).bind(settings.paths)
-    record, problem = staged.record, ""
-    try:
-        install_record(staged.path, settings.paths.state)
-    except (OSError, UnsafeFileError) as exc:
-        # Past the commit the project is ours whatever happens to the file;
-        # the record only informs, and the lock file keeps the generation.
-        problem = f"record not written: {exc}"
-    lock.store_generation(record.generation)
-    store_floor(settings.floor_path, record.generation)
-    settings.events.emit(
-        Event.CLAIMED,
-        outcome=Outcome.SUCCEEDED,
-        generation=record.generation,
-        peer_pid=predecessor,
-        duration_ms=int((time.monotonic() - started) * 1000),
-        **({"reason": problem} if problem else {}),
-    )
-    return Reign(lock, listener, record, handoff, Outcome.SUCCEEDED)

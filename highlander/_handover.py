@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import time
 
-from highlander._claim import Reign, adopt_handover, prepare_takeover, take_over
+from highlander._claim import Reign
 from highlander._client import Greeting
 from highlander._commit import Answer, Verdict, newcomer_decides
 from highlander._connection import Closed
@@ -31,6 +31,7 @@ from highlander._identity import Expected, fd_holds_flock, is_halted, let_go
 from highlander._messages import AckSuccession, Refused, Saved
 from highlander._record import discard_record
 from highlander._settings import Settings
+from highlander._takeover import adopt_handover, prepare_takeover, take_over
 from highlander._termination import terminate
 from highlander._wire import Overdue, receive_event, send_frame
 
