@@ -248,8 +248,10 @@ async def take_back(incumbent: Incumbent) -> None:
     later, those copies would keep the project locked and its socket
     answering nobody, for as long as that newcomer stays stopped.  So the
     holder moves its lock to a fresh description and publishes a fresh
-    listener: the old copies then hold nothing.  If another process takes
-    the lock in the instant the move needs, the holder steps down.
+    listener: the old copies then hold nothing.  The fresh listener is
+    published first, so a process that takes the lock in the instant the
+    move needs finds a live listener, refuses to claim and lets go; if it
+    keeps the lock anyway, the holder steps down.
     """
     import anyio  # noqa: PLC0415 - the serving thread has it loaded already
 
@@ -257,7 +259,17 @@ async def take_back(incumbent: Incumbent) -> None:
     from highlander._listener import Listener  # noqa: PLC0415
     from highlander._serving_guard import ServingFailed  # noqa: PLC0415
 
-    paths, reign = incumbent.settings.paths, incumbent.reign
+    paths = incumbent.settings.paths
+    # The listener first: while the lock moves, a live listener of ours stands
+    # at the path, so a process that takes the lock in that instant finds it
+    # and gives the lock back instead of claiming (its bind refuses).
+    ours = file_id(paths.socket) == incumbent.reign.listener.file_id
+    try:
+        listener, _ = Listener.bind(paths, over_ours=ours)
+    except (OSError, HighlanderError):
+        return  # cannot publish now: moving the lock would open a window; keep it as it is
+    incumbent.replace_listener(listener)
+    reign = incumbent.reign
     lock = reign.lock.renew(paths.lock)
     for _ in range(TAKE_BACK_TRIES):
         if lock is not None:
@@ -267,12 +279,6 @@ async def take_back(incumbent: Incumbent) -> None:
     if lock is None:
         raise ServingFailed("another process took the lock while this holder moved it")
     incumbent.reign = reign._replace(lock=lock)
-    ours = file_id(paths.socket) == incumbent.reign.listener.file_id
-    try:
-        listener, _ = Listener.bind(paths, over_ours=ours)
-    except (OSError, HighlanderError):
-        return  # the watch publishes again when it can; the old copy is then orphaned
-    incumbent.replace_listener(listener)
 
 
 async def watch_parent(incumbent: Incumbent, parent: int) -> None:
