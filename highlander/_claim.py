@@ -250,6 +250,7 @@ def claim_free(settings: Settings) -> Reign | None:
     lock = ProjectLock.try_acquire(settings.paths.lock)
     if lock is None:
         return None
+    settings.renamed(create=True)  # the directory may have been wiped since we resolved it
     from highlander._listener import Listener  # noqa: PLC0415 - only a claim binds
 
     try:

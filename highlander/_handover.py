@@ -27,6 +27,7 @@ from highlander._connection import Closed
 from highlander._deadlines import Phase
 from highlander._errors import Reason, TakeoverError, UnsafeFileError
 from highlander._events import Event
+from highlander._files import current_file_id
 from highlander._identity import Expected, fd_holds_flock, is_halted, let_go
 from highlander._messages import AckSuccession, Refused, Saved
 from highlander._record import discard_record
@@ -68,8 +69,10 @@ async def conclude(
             # The incumbent may run again before the signal (it was only paused):
             # then it is spared, and what it answers now decides.
             verdict = await _end_incumbent(settings, greeting, lock.fd)
-        if verdict is Verdict.COMMIT and not fd_holds_flock(lock.fd):
-            verdict = Verdict.ABORT  # the incumbent moved its lock away: it kept the project
+        if verdict is Verdict.COMMIT and not _still_ours(settings, lock.fd):
+            # The incumbent moved its lock away (it kept the project), or the
+            # lock file is no longer the one at the rendezvous: a stale copy.
+            verdict = Verdict.ABORT
         if verdict is Verdict.ABORT:
             events.emit(
                 Event.HANDOVER_ABORTED,
@@ -120,6 +123,13 @@ async def _end_incumbent(settings: Settings, greeting: Greeting, lock_fd: int) -
         await terminate(target, settings.timeouts, events, "missed exit", waiter)
         return Verdict.COMMIT
     return verdict
+
+
+def _still_ours(settings: Settings, lock_fd: int) -> bool:
+    """Whether our copy of the lock holds it and is the lock file at the rendezvous path."""
+    st = os.fstat(lock_fd)
+    here = current_file_id(settings.paths.lock)
+    return fd_holds_flock(lock_fd) and here == (st.st_dev, st.st_ino)
 
 
 async def _hear(greeting: Greeting, answer: Answer) -> Answer:

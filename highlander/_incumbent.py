@@ -137,6 +137,8 @@ class Incumbent:
                 await anyio.wait_readable(listener)
             except anyio.ClosedResourceError:
                 continue  # replaced: its path was taken and published anew (_watch)
+            if listener is not self.reign.listener.sock:
+                continue  # replaced after it woke us, before we ran: accept on the new one
             try:
                 sock, _ = listener.accept()
             except (BlockingIOError, InterruptedError):

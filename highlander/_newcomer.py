@@ -239,6 +239,8 @@ class _Progress:
         patience = self.queue_full if queue_full else self.socketless
         if not patience.exceeded(timeouts.hello):
             return False
+        if not queue_full and self.settings.renamed():
+            return True  # the directory was wiped and renamed its socket: look there
         if patience.busy() and not self.busy.exceeded(timeouts.stall):
             await self.waiter.sleep(min(0.1, timeouts.hello))  # it is working: look again soon
             return False

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Mapping
 
 from highlander._deadlines import Timeouts
-from highlander._errors import UnsafeRuntimeDirError
+from highlander._errors import HighlanderError, UnsafeRuntimeDirError
 from highlander._events import EventLog
 from highlander._fencing import floor_path
 from highlander._log import warn_once
@@ -23,6 +23,7 @@ from highlander._rendezvous import (
     project_key,
     project_paths,
     project_root,
+    read_names_key,
 )
 
 
@@ -119,6 +120,28 @@ class Settings:
             legacy_lock=os.path.abspath(legacy_lock) if legacy_lock is not None else None,
             exit_when_orphaned=exit_when_orphaned,
         )
+
+    def renamed(self, *, create: bool = False) -> bool:
+        """Re-read the runtime directory's socket-name key; ``True`` if the socket moved.
+
+        A wiped runtime directory loses its key, and the first start after
+        the wipe makes a new one: a process that resolved its paths before
+        would look for (or publish) the socket under the old name.  A claim
+        re-reads it under the lock (``create``: making it if absent), and a
+        newcomer that finds no socket re-reads it before it blames the holder.
+        """
+        directory = self.paths.runtime_dir
+        try:
+            secret = names_key(directory) if create else read_names_key(directory)
+        except (OSError, HighlanderError):
+            return False
+        if secret is None:
+            return False
+        fresh = project_paths(directory, self.app, self.root, secret=secret)
+        if fresh.socket == self.paths.socket:
+            return False
+        self.paths = fresh
+        return True
 
     def key(self) -> bytes:
         """The HMAC key for this project (token resolved and HKDF run on first use)."""

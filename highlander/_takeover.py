@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from highlander._claim import ProjectLock, Reign, new_record
-from highlander._errors import RemoteProtocolError, UnsafeFileError
+from highlander._errors import HighlanderError, RemoteProtocolError, UnsafeFileError
 from highlander._events import Event, Outcome
 from highlander._fencing import read_floor, store_floor
 from highlander._files import current_file_id
@@ -83,9 +83,20 @@ def take_over(
     if listener.file_id is None or listener.file_id != current_file_id(settings.paths.socket):
         # The socket file was deleted or replaced during the handover (or the
         # incumbent published a fresh one meanwhile): publish ours (we hold
-        # the lock) rather than reign unreachable.
-        listener.close(unlink=False)
-        listener, _ = type(listener).bind(settings.paths)
+        # the lock) rather than reign unreachable.  Past the commit nothing
+        # may undo the takeover: if the path cannot take a socket now (a
+        # directory there), keep the adopted listener; the rendezvous watch
+        # says what is in the way and publishes once it is gone.
+        try:
+            fresh, _ = type(listener).bind(settings.paths)
+        except (OSError, HighlanderError) as exc:
+            settings.events.emit(
+                Event.SOCKET_BLOCKED, socket=settings.paths.socket, reason=str(exc)
+            )
+            listener = listener._replace(file_id=None)
+        else:
+            listener.close(unlink=False)
+            listener = fresh
     record, problem = staged.record, ""
     try:
         install_record(staged.path, settings.paths.state)
