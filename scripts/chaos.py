@@ -14,13 +14,22 @@ a directory (removed a few steps later, as an operator would); the
 ``.state`` record damaged (not JSON, cut short, empty, wrongly typed, or
 naming an impossible pid or generation); the disk filled to ENOSPC (and
 freed a few steps later); a stale legacy lock; an unrelated ``sleep`` whose
-pid is written into ``.state``.  The holders are tests/programs/child.py
-with small timeouts; each appends acquire/release lines to a witness log,
-start/end lines of each save to a save log, and counts ``handoff counter + 1``.
+pid is written into ``.state``.  Issue #11's faults: the runtime directory
+wiped under the holder (its contents, or only lock and socket); a newcomer
+whose XDG_RUNTIME_DIR and TMPDIR point elsewhere; a FIFO, directory or
+symlink planted at ``.state``, ``.events.jsonl``, the socket or the lock
+(removed a few steps later when it blocks newcomers); a holder that forks a
+long-lived worker and is then SIGKILLed.  The holders are
+tests/programs/child.py with small timeouts; each appends acquire/release
+lines to a witness log, start/end lines of each save to a save log,
+``check_current()`` results every 20 ms to a check log, mirrors every event
+it emits to a file outside the runtime directory (the judge's event log),
+and counts ``handoff counter + 1``.
 
 After the last event the harness resumes what it promised to resume (and
-every newcomer that stopped itself), frees the disk, removes a directory at
-the socket path, starts one more newcomer and times how long until exactly
+every newcomer that stopped itself, and every holder stopped when its
+rendezvous was taken), frees the disk, removes a directory at the socket
+path and every plant, starts one more newcomer and times how long until exactly
 one live holder answers a signed STATUS.  Then it ends every process it
 started (by pidfd), judges the evidence (scripts/chaos_check.py,
 scripts/chaos_counters.py) and prints the summary; the exit status is 1 when
@@ -35,8 +44,9 @@ a must-be-zero number is not zero.
 directory), prints every report, then one summary table; the exit status is
 1 if any seed failed.
 
-``--keep DIR`` copies the evidence (merged event log, witness and save logs,
-every process with its stderr, the steps as run) before the run directory goes.
+``--keep DIR`` copies the evidence (the emitted events, the project's own log,
+witness, save and check logs, every process with its stderr, the steps as run,
+the moments the rendezvous was taken) before the run directory goes.
 """
 
 from __future__ import annotations
@@ -47,14 +57,18 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from chaos_check import judge
-from chaos_log import EventTail, read_saves, read_witness
+from chaos_counters import newcomers
+from chaos_current import claims_after_fork_kills
+from chaos_log import EventTail, read_checks, read_saves, read_witness
 from chaos_procs import Lab
+from chaos_rendezvous import files_under
 from chaos_report import SUMMARY_HEADER, Report
 from chaos_runner import Runner
 from chaos_schedule import STATE_DAMAGE, make_schedule
@@ -65,9 +79,15 @@ def keep_evidence(runner: Runner, tail: EventTail, keep: Path) -> None:
     lab = runner.lab
     keep.mkdir(parents=True, exist_ok=True)
     (keep / "steps.json").write_text(json.dumps(runner.log, indent=0))
-    with open(keep / "events.jsonl", "w") as out:
-        out.writelines(json.dumps(e) + "\n" for e in tail.events())
-    for name, path in (("witness.log", lab.kids.witness), ("saves.log", lab.saves)):
+    (keep / "losses.json").write_text(json.dumps(runner.losses, indent=0))
+    for name, events in (("events.jsonl", tail), *(("project-log.jsonl", t) for t in runner.also)):
+        with open(keep / name, "w") as out:
+            out.writelines(json.dumps(e) + "\n" for e in events.events())
+    for name, path in (
+        ("witness.log", lab.kids.witness),
+        ("saves.log", lab.saves),
+        ("checks.log", lab.checks),
+    ):
         if path.exists():
             shutil.copy(path, keep / name)
     with open(keep / "procs.jsonl", "w") as out:
@@ -87,15 +107,17 @@ def run(
     schedule = make_schedule(seed, events, state_damage)
     root = Path(tempfile.mkdtemp(prefix="highlander-chaos-"))
     lab: Lab | None = None
-    tail: EventTail | None = None
+    tail = project_log = None
     began = time.monotonic()
     try:
-        lab = Lab(root, tmpfs=True)
+        lab = Lab(root, tmpfs=True, subreaper=True)
         refused = lab.tmpfs_refused
         if refused is not None:
             say(f"chaos: no tmpfs at the runtime dir ({refused}): fill_disk/free_disk are no-ops")
-        tail = EventTail(lab.paths.events)
-        runner = Runner(lab, tail, say, disk=refused is None)
+        # The evidence: every event as the children emitted it (the project's own log
+        # is wiped and planted over by the chaos; it is read too, and counted).
+        tail, project_log = EventTail(str(lab.mirror)), EventTail(lab.paths.events)
+        runner = Runner(lab, tail, say, disk=refused is None, also=(project_log,))
         if refused is not None:
             runner.notes.append(f"no tmpfs at the runtime dir ({refused}): disk steps no-ops")
         runner.run(schedule)
@@ -103,17 +125,24 @@ def run(
         runner.drain()
         status = runner.cli_status()
         lab.end_all()
-        tail.poll()
+        runner.poll()
+        events = tail.events()
         found = judge(
             lab.procs,
-            tail.events(),
+            events,
             read_witness(lab.kids.witness),
             lab.clock,
             saves=read_saves(lab.saves),
             end_ns=lab.ended_ns,
+            checks=read_checks(lab.checks),
+            losses=runner.losses,
         )
         if keep is not None:
             keep_evidence(runner, tail, keep)
+        switched = Counter(
+            f"held ({p.ready.get('outcome')})" if p.ready else next(iter(newcomers([p])[0]))
+            for p in runner.switched
+        )
         return Report(
             seed=seed,
             events=len(schedule),
@@ -124,15 +153,21 @@ def run(
             convergence_s=convergence,
             interventions=interventions,
             final_status=status,
-            event_files=tail.files,
-            torn_lines=tail.torn,
+            event_files=project_log.files,
+            torn_lines=project_log.torn + tail.torn,
             notes=runner.notes,
+            switched_files=files_under(root / "switched"),
+            switched=switched,
+            fork_kills=claims_after_fork_kills(runner.fork_kills, events, lab.clock),
+            project_log_events=len(project_log.lines),
+            emitted_events=len(tail.lines),
         )
     finally:
         if lab is not None:
             lab.end_all()
-        if tail is not None:
-            tail.close()
+        for log in (tail, project_log):
+            if log is not None:
+                log.close()
         if lab is not None:
             lab.unmount()
         shutil.rmtree(root, ignore_errors=True)

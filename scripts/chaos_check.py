@@ -18,111 +18,26 @@
   Highlander after a hang), reported separately.
 
 The counters issue #10 added (healthy holders signalled, wedged projects,
-concurrent saves) and the newcomers' verdicts are in scripts/chaos_counters.py.
+concurrent saves) and the newcomers' verdicts are in scripts/chaos_counters.py;
+issue #11's (simultaneous ``check_current()`` passes, forked workers, the window
+a wiped rendezvous leaves) in scripts/chaos_current.py.
 """
 
 from __future__ import annotations
 
 import re
 import signal
-from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from collections import defaultdict
 from typing import Any
 
 import chaos_counters as counters
-from chaos_log import SaveLine, Witness
+import chaos_current as current
+from chaos_findings import Findings, Reign
+from chaos_log import CheckLine, SaveLine, Witness
 from chaos_process import INF, Proc, Who, to_monotonic
 
 #: How the protocol core words a message field it refuses to build or accept.
 _BAD_FIELD = re.compile(r"^[A-Z_]+ field '\w+' ")
-
-
-@dataclass
-class Reign:
-    """One claim of the project, from its ``claimed`` event, joined with the witness log."""
-
-    proc: Proc | None
-    pid: int
-    generation: int
-    outcome: str
-    ts: float
-    acquire_ns: int | None = None
-    release_ns: int | None = None
-    #: When Highlander sent it a signal it could not survive (SIGKILL, or SIGTERM while running).
-    fatal_ns: float | None = None
-    #: The process it acknowledged as its successor (``acked``), if any.
-    successor: Proc | None = None
-
-    @property
-    def counter(self) -> int | None:
-        ready = self.proc.ready if self.proc else None
-        return ready.get("counter") if ready else None
-
-    @property
-    def handoff(self) -> dict[str, Any] | None:
-        ready = self.proc.ready if self.proc else None
-        return ready.get("handoff") if ready else None
-
-    def end_ns(self) -> float:
-        return self.ending()[0]
-
-    def ending(self) -> tuple[float, str]:
-        """When this reign ended, and by what evidence."""
-        p = self.proc
-        ends = [
-            (self.release_ns, "release line"),
-            (p.killed_ns if p else None, "harness SIGKILL"),
-            (self.fatal_ns, "Highlander's fatal signal (event time)"),
-            (p.exit_ns if p else None, f"observed exit, status {p.returncode if p else None}"),
-        ]
-        known = [(float(ns), how) for ns, how in ends if ns is not None]
-        return min(known) if known else (INF, "still alive")
-
-
-@dataclass
-class Findings:
-    """Everything the checks found; ``violations`` are the must-be-zero lists."""
-
-    reigns: list[Reign] = field(default_factory=list)
-    claims: Counter[str] = field(default_factory=Counter)
-    kills: int = 0
-    hung: Counter[str] = field(default_factory=Counter)
-    #: Holders whose successor left after SAVED (``timeout`` in phase ``ack``).
-    abandoned: int = 0
-    #: Messages with an invalid field between processes of this run (no attacker here).
-    bad_messages: list[str] = field(default_factory=list)
-    double_holders: list[str] = field(default_factory=list)
-    wrong_signals: list[str] = field(default_factory=list)
-    late_signals: int = 0
-    #: Signals to the incumbent after its ACK or claim but before its acquire line.
-    before_acquire: int = 0
-    #: Signals from a successor to the predecessor that acknowledged it (missed exit).
-    exit_kills: int = 0
-    unlogged_deaths: list[str] = field(default_factory=list)
-    bystanders_hurt: list[str] = field(default_factory=list)
-    lost_handoffs: list[str] = field(default_factory=list)
-    handoffs_kept: int = 0
-    reset_sigkill: int = 0
-    reset_hang_kill: int = 0
-    generation_jumps: list[str] = field(default_factory=list)
-    legacy: Counter[str] = field(default_factory=Counter)
-    wrong_legacy: list[str] = field(default_factory=list)
-    newcomers: Counter[str] = field(default_factory=Counter)
-    crashes: list[str] = field(default_factory=list)
-    stdout_bytes: int = 0
-    anomalies: list[str] = field(default_factory=list)
-    #: Processes Highlander signalled (by identity), and which signals.
-    signalled: dict[int, set[str]] = field(default_factory=dict)
-    #: Handovers the incumbent kept after SAVED (``handover_aborted``: not an anomaly).
-    handovers_aborted: int = 0
-    healthy_signalled: list[str] = field(default_factory=list)
-    #: Why the other signals were fair: stopped, configured to hang, stopped itself.
-    fair_signals: Counter[str] = field(default_factory=Counter)
-    wedged: list[str] = field(default_factory=list)
-    #: The longest wait from spawn to verdict (seconds, own stops excluded), and whose.
-    longest_wait: tuple[float, str] = (0.0, "")
-    saves: int = 0
-    concurrent_saves: list[str] = field(default_factory=list)
 
 
 def judge(
@@ -133,19 +48,23 @@ def judge(
     *,
     saves: list[SaveLine] | None = None,
     end_ns: int | None = None,
+    checks: list[CheckLine] | None = None,
+    losses: list[tuple[int, int, str]] | None = None,
 ) -> Findings:
     """Judge a run: its processes, event log, witness and save lines, and clock samples.
 
-    ``end_ns``: when the harness began ending every process (the end of the run).
+    ``end_ns``: when the harness began ending every process (the end of the run);
+    ``checks``: the check-witness lines; ``losses``: (before, after, what) of each
+    wipe or plant at the lock file (the holder's lock file is gone from its path).
     """
     who, found = Who(procs), Findings()
     found.reigns = _reigns(who, events, witness, found)
     _tally(events, found)
     _fatal_signals(who, events, clock, found)
-    _overlaps(found)
-    _signals(who, events, found)
+    _overlaps(found, losses or [], _saved(who, events, clock))
+    _signals(who, events, found, current.Taken(losses or [], clock))
     _deaths(procs, events, found)
-    _handoffs(found)
+    _handoffs(found, clock, losses or [])
     _legacy(who, events, found)
     found.newcomers, found.crashes = counters.newcomers(procs)
     t0 = clock[0][1]
@@ -154,6 +73,8 @@ def judge(
     found.longest_wait = (longest[0], longest[1])
     found.saves = sum(line.what == "start" for line in saves or [])
     found.concurrent_saves = counters.concurrent_saves(who, saves or [], t0)
+    found.simultaneous, found.checks = current.simultaneous_passes(who, checks or [], t0)
+    found.workers_kept, found.workers = current.workers_kept(procs, checks or [])
     return found
 
 
@@ -166,6 +87,7 @@ def _reigns(
         if e["event"] == "claimed":
             proc = who.at_wall(e["pid"], e["ts"])
             reign = Reign(proc, e["pid"], e.get("generation", -1), e.get("outcome", "?"), e["ts"])
+            reign.predecessor = e.get("peer_pid")
             reigns.append(reign)
             found.claims[reign.outcome] += 1
             if proc is None:
@@ -174,12 +96,12 @@ def _reigns(
                 found.anomalies.append(f"pid {proc.pid} claimed twice")
             else:
                 by_proc[id(proc)] = reign
-    for e in events:
-        if e["event"] == "acked":
-            holder = who.at_wall(e["pid"], e["ts"])
-            reign = by_proc.get(id(holder)) if holder is not None else None
-            if reign is not None:
-                reign.successor = who.at_wall(e.get("peer_pid", -1), e["ts"])
+    for e in (e for e in events if e["event"] in ("acked", "lost_rendezvous")):
+        reign = by_proc.get(id(who.at_wall(e["pid"], e["ts"])))
+        if reign is not None and e["event"] == "lost_rendezvous":
+            reign.lost = True
+        elif reign is not None:
+            reign.successor = who.at_wall(e.get("peer_pid", -1), e["ts"])
     for line in witness:
         proc = who.at_ns(line.pid, line.ns)
         reign = by_proc.get(id(proc)) if proc is not None else None
@@ -237,13 +159,38 @@ def _fatal_signals(
         reign.fatal_ns = at if reign.fatal_ns is None else min(reign.fatal_ns, at)
 
 
-def _overlaps(found: Findings) -> None:
+def _saved(
+    who: Who, events: list[dict[str, Any]], clock: list[tuple[float, int]]
+) -> dict[int, list[float]]:
+    """When each process sent SAVED (a handover out), by process."""
+    sent: dict[int, list[float]] = defaultdict(list)
+    for e in events:
+        if e["event"] == "saved":
+            sent[id(who.at_wall(e["pid"], e["ts"]))].append(to_monotonic(e["ts"], clock))
+    return sent
+
+
+def _overlaps(
+    found: Findings, losses: list[tuple[int, int, str]], saved: dict[int, list[float]]
+) -> None:
     spans = [(r.acquire_ns, r.end_ns(), r) for r in found.reigns if r.acquire_ns is not None]
     spans.sort(key=lambda span: span[0])
     active: list[tuple[int, float, Reign]] = []
     for start, end, reign in spans:
-        for _, other_end, other in active:
-            if other_end > start:
+        for other_start, other_end, other in active:
+            if other_end <= start:
+                continue
+            excuse = current.excused_overlap(
+                other.proc,
+                (other_start, other_end),
+                other.lost,
+                start,
+                losses,
+                saved.get(id(other.proc), []),
+            )
+            if excuse is not None:
+                found.excused[id(other)] = excuse
+            else:
                 found.double_holders.append(
                     f"pid {other.pid} (gen {other.generation}) still held when pid {reign.pid} "
                     f"(gen {reign.generation}, {reign.outcome}) acquired: overlap "
@@ -252,49 +199,92 @@ def _overlaps(found: Findings) -> None:
         active = [a for a in active if a[1] > start] + [(start, end, reign)]
 
 
-def _signals(who: Who, events: list[dict[str, Any]], found: Findings) -> None:
+def _signals(who: Who, events: list[dict[str, Any]], found: Findings, taken: current.Taken) -> None:
     """Each signal must reach the incumbent: who last claimed, or whom the last holder
     acknowledged as its successor (it holds the lock from its ACK on, before its
     own ``claimed`` event); or, from that successor, the deposed holder that
-    acknowledged it and then missed its exit."""
+    acknowledged it and then missed its exit; or, after a wipe, the holder whose
+    rendezvous was taken, from the newcomer it had sent SAVED to (its successor
+    ends it when it misses its exit, as it would have without the wipe)."""
+    gave = {
+        (id(who.at_wall(e["pid"], e["ts"])), id(who.at_wall(e.get("peer_pid", -1), e["ts"])))
+        for e in events
+        if e["event"] == "saved"
+    }
+    claimed_at = {id(r.proc): r.ts for r in found.reigns if r.proc is not None}
     acquired = {id(r.proc) for r in found.reigns if r.acquire_ns is not None and r.proc}
     held = {id(r.proc) for r in found.reigns if r.proc is not None}
     held |= {id(r.successor) for r in found.reigns if r.successor is not None}
-    incumbent: Proc | None = None
-    previous: Proc | None = None
-    took_free = False  # the incumbent claimed a free project (so `previous` was gone)
-    deposed_by: dict[int, Proc | None] = {}  # successor -> the holder that acknowledged it
+    line = _Succession(who, found)
+    #: (signaller pid, target) of every SIGTERM judged fair: its SIGKILL after
+    #: ``term_grace`` is the same verified kill (the target could not run in between
+    #: unless it died of the SIGTERM, or it was stopped throughout).
+    fair_terms: set[tuple[int, int]] = set()
     for e in events:
         kind = e["event"]
         if kind in ("claimed", "acked"):
-            pid = e["pid"] if kind == "claimed" else e.get("peer_pid", -1)
-            proc = who.at_wall(pid, e["ts"])
-            if kind == "acked" and proc is not None:
-                deposed_by[id(proc)] = who.at_wall(e["pid"], e["ts"])
-            if proc is not incumbent:
-                previous, incumbent = incumbent, proc
-                took_free = kind == "claimed" and e.get("outcome") != "succeeded"
+            line.see(e)
             continue
         if kind not in ("terminated", "killed"):
             continue
         target = who.identity(e.get("peer_pid", -1), e.get("start_time"))
         what = f"{e.get('signal')} from pid {e['pid']} to pid {e.get('peer_pid')}"
-        if target is None or target.role != "child":
+        wrong = len(found.wrong_signals)
+        if kind == "killed" and (e["pid"], id(target)) in fair_terms:
+            found.escalations += 1
+        elif target is None or target.role != "child":
             role = target.role if target else "not a process of this run"
             found.wrong_signals.append(f"{what}: {role} (start time {e.get('start_time')})")
         elif id(target) not in held:
             found.wrong_signals.append(f"{what}: never held the project")
-        elif target is incumbent:
+        elif target is line.incumbent:
             # It held the lock (its ACK or its claim); under load it can miss a
             # deadline before its witness line is written.
             found.before_acquire += id(target) not in acquired
-        elif target is previous and took_free:
+        elif target is line.previous and line.took_free:
             found.late_signals += 1  # the successor found the lock free: the target was exiting
-        elif target is previous and deposed_by.get(id(who.at_wall(e["pid"], e["ts"]))) is target:
+        elif (
+            target is line.previous
+            and line.deposed_by.get(id(who.at_wall(e["pid"], e["ts"]))) is target
+        ):
             found.exit_kills += 1  # the successor ends its deposed predecessor (missed exit)
+        elif (id(target), id(who.at_wall(e["pid"], e["ts"]))) in gave and taken.between(
+            claimed_at.get(id(target)), e["ts"]
+        ):
+            found.stale_kills += 1
         else:
-            now = incumbent.pid if incumbent else None
+            now = line.incumbent.pid if line.incumbent else None
             found.wrong_signals.append(f"{what}: not the incumbent (pid {now} was)")
+        if kind == "terminated" and len(found.wrong_signals) == wrong:
+            fair_terms.add((e["pid"], id(target)))
+
+
+class _Succession:
+    """The incumbent as the event log goes, from ``claimed`` and ``acked`` events."""
+
+    def __init__(self, who: Who, found: Findings) -> None:
+        self.who, self.found = who, found
+        self.incumbent: Proc | None = None
+        self.previous: Proc | None = None
+        #: The incumbent claimed a free project (so ``previous`` was gone).
+        self.took_free = False
+        #: successor -> the holder that acknowledged it.
+        self.deposed_by: dict[int, Proc | None] = {}
+
+    def see(self, e: dict[str, Any]) -> None:
+        kind = e["event"]
+        pid = e["pid"] if kind == "claimed" else e.get("peer_pid", -1)
+        proc = self.who.at_wall(pid, e["ts"])
+        acker = self.who.at_wall(e["pid"], e["ts"]) if kind == "acked" else None
+        if kind == "acked" and proc is not None:
+            self.deposed_by[id(proc)] = acker
+        if acker is not None and acker is not self.incumbent:
+            # A holder whose rendezvous was taken (a wipe) finishing the handover
+            # it had out: its successor takes the stale lineage, not the project.
+            self.found.stale_acks += 1
+        elif proc is not self.incumbent:
+            self.previous, self.incumbent = self.incumbent, proc
+            self.took_free = kind == "claimed" and e.get("outcome") != "succeeded"
 
 
 def _deaths(procs: list[Proc], events: list[dict[str, Any]], found: Findings) -> None:
@@ -310,28 +300,39 @@ def _deaths(procs: list[Proc], events: list[dict[str, Any]], found: Findings) ->
             continue
         name = signal.Signals(-p.returncode).name
         by_harness = name == "SIGKILL" and p.killed_ns is not None
-        if p.role == "bystander" and not by_harness:
-            found.bystanders_hurt.append(f"bystander pid {p.pid} died of {name}")
+        if p.role in ("bystander", "worker") and not by_harness:
+            found.bystanders_hurt.append(f"{p.role} pid {p.pid} died of {name}")
         elif not by_harness and name not in named.get((p.pid, p.start_time), set()):
             found.unlogged_deaths.append(f"{p.role} pid {p.pid} died of {name}, no event")
 
 
-def _handoffs(found: Findings) -> None:
+def _handoffs(
+    found: Findings, clock: list[tuple[float, int]], losses: list[tuple[int, int, str]]
+) -> None:
     claimed = {id(r.proc) for r in found.reigns}
-    for before, reign in zip(found.reigns, found.reigns[1:], strict=False):
+    for i, (before, reign) in enumerate(zip(found.reigns, found.reigns[1:], strict=False)):
         where = f"gen {reign.generation} (pid {reign.pid}, {reign.outcome}) after pid {before.pid}"
         if reign.generation != before.generation + 1:
             found.generation_jumps.append(f"{before.generation} -> {where}")
         if reign.outcome == "succeeded":
+            # The predecessor its claim names: after a wipe, a holder that had a
+            # handover out may commit it after a newer claim (two lineages).
+            named = (r for r in reversed(found.reigns[: i + 1]) if r.pid == reign.predecessor)
+            source = next(named, before)
             handoff = reign.handoff or {}
             if reign.proc is not None and reign.proc.ready is None:
                 found.anomalies.append(f"{where}: no ready report (handoff unverifiable)")
-            elif handoff.get("counter") != before.counter or handoff.get("from") != before.pid:
+            elif handoff.get("counter") != source.counter or handoff.get("from") != source.pid:
                 found.lost_handoffs.append(
-                    f"{where}: handoff {handoff} but the predecessor counted {before.counter}"
+                    f"{where}: handoff {handoff} but the predecessor counted {source.counter}"
                 )
             else:
                 found.handoffs_kept += 1
+            continue
+        if before.lost or current.taken_between(
+            losses, to_monotonic(before.ts, clock), to_monotonic(reign.ts, clock)
+        ):
+            found.reset_rendezvous += 1  # wiped or planted: nobody to hand it over
             continue
         # The state died with the holder: the predecessor, or the successor it had
         # acknowledged (which holds the lock and the handoff from then on) when that

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any
 
@@ -165,9 +166,22 @@ def newcomers(procs: list[Proc]) -> tuple[Counter[str], list[str]]:
     return verdicts, crashes
 
 
+#: The one-line error for a file that is not what it should be (UnsafeFileError).
+_UNSAFE = re.compile(r"remove (\S+) \(it [^)]*\) and start again")
+_FILES = ((".lock", "lock file"), (".state", "record"), (".events.jsonl", "event log"))
+
+
 def _refusal(line: str) -> str:
     text = line.lower()
+    unsafe = _UNSAFE.search(line)
+    if unsafe is not None:
+        path = unsafe.group(1)
+        which = next((name for end, name in _FILES if path.endswith(end)), "socket path")
+        which = "socket path" if path.endswith(".sock") else which
+        return f"refused in one line: something planted at the {which}"
     for needle, label in (
+        ("vanished while in use", "refused: the runtime dir vanished while in use"),
+        ("cannot hold the project", "refused in one line: cannot hold the project (disk full?)"),
         ("cannot take the project over", "declined: cannot prepare the takeover"),
         ("it is a directory", "refused: a directory at the socket path"),
         ("is a directory, so nobody", "refused: a directory at the socket path"),

@@ -3,7 +3,10 @@
 The event log is rotated to ``.1`` past 1 MiB, and a writer that opened the
 file just before a rotation still appends to the old file.  So the tail keeps
 every file it has ever seen at the log's path open and reads each to its
-end: no line is lost, however many rotations a long run causes.
+end: no line is lost, however many rotations a long run causes.  It opens
+what it finds there as warily as the library does (never following a
+symlink, never blocking on a FIFO, reading regular files only): the chaos
+plants all of those at the log's path.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,12 +32,12 @@ class EventTail:
 
     def _open(self, name: str) -> None:
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
+            fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:  # absent, a symlink (ELOOP), ...
             return
         st = os.fstat(fd)
         key = (st.st_dev, st.st_ino)
-        if key in self._files:
+        if key in self._files or not stat.S_ISREG(st.st_mode):
             os.close(fd)
             return
         self._files[key] = [fd, b""]
@@ -111,4 +115,25 @@ def read_saves(path: Path) -> list[SaveLine]:
     for line in path.read_text().splitlines():
         what, pid, ns = line.split()
         lines.append(SaveLine(what, int(pid), int(ns)))
+    return lines
+
+
+@dataclass(frozen=True)
+class CheckLine:
+    """One ``check_current()`` of ``pid``: passed or not, begun and ended at these times."""
+
+    passed: bool
+    pid: int
+    began: int
+    ended: int
+
+
+def read_checks(path: Path) -> list[CheckLine]:
+    """The check-witness lines of every holder and worker (``pass|fail PID BEGIN END``)."""
+    if not path.exists():
+        return []
+    lines = []
+    for line in path.read_text().splitlines():
+        what, pid, began, ended = line.split()
+        lines.append(CheckLine(what == "pass", int(pid), int(began), int(ended)))
     return lines

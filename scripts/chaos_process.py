@@ -8,10 +8,14 @@ unless a name says ``wall``.
 from __future__ import annotations
 
 import bisect
+import ctypes
 import math
+import os
 import re
+import select
 import subprocess
 import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +29,9 @@ _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warnin
 class Proc:
     """One process the harness started, and everything it learnt about it."""
 
-    role: str  # "child" (a Highlander process), "bystander" (sleep) or "dead" (true)
+    #: "child" (a Highlander process), "bystander" (sleep), "dead" (true), or
+    #: "worker" (forked by a holder, adopted by the harness: :class:`Adopted`).
+    role: str
     popen: subprocess.Popen[bytes]
     pidfd: int
     start_time: int
@@ -49,6 +55,10 @@ class Proc:
     ready: dict[str, Any] | None = None
     ready_ns: int | None = None
     deposed: bool = False
+    #: A worker's own report: what it kept of the rendezvous after the fork.
+    kept: dict[str, Any] | None = None
+    #: The worker a holder forked (``fork_worker``), once it reported.
+    worker: Proc | None = None
     stdout_bytes: int = 0
     stderr_tail: bytes = b""
     open_fds: set[int] = field(default_factory=set)
@@ -160,8 +170,110 @@ class Proc:
             "ready": self.ready,
             "ready_ns": self.ready_ns,
             "deposed": self.deposed,
+            "kept": self.kept,
             "stderr": self.stderr_tail.decode(errors="replace"),
         }
+
+
+class Adopted:
+    """Stands in for ``subprocess.Popen`` for a process the harness did not start
+    (a holder's forked worker): its pid, no pipes; :func:`reap_adopted` waits for it."""
+
+    stdout = stderr = None
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def reap(self, proc: Proc) -> int | None:
+        return reap_adopted(proc)
+
+
+def adopted(parent: Proc, report: dict[str, Any]) -> Proc | None:
+    """The worker ``parent`` forked, from its ``worker`` report; ``None`` if it is gone.
+
+    Its pidfd is opened at once (it sleeps for minutes, and a pid is reused only
+    after its process is reaped, which needs its parent's death and then us)."""
+    from highlander._identity import process_identity  # noqa: PLC0415
+
+    pid = int(report["pid"])
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    ident = process_identity(pid)
+    born = int(report.get("forked_ns", time.monotonic_ns()))
+    proc = Proc(
+        role="worker",
+        popen=Adopted(pid),  # type: ignore[arg-type]
+        pidfd=pidfd,
+        start_time=ident.start_time if ident else -1,
+        step=parent.step,
+        spawn_ns=born,
+        spawn_wall=time.time() - (time.monotonic_ns() - born) / 1e9,
+        kept=report,
+    )
+    parent.worker = proc
+    return proc
+
+
+#: prctl(2) option: orphaned descendants are reparented to this process.
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def set_subreaper(on: bool) -> bool:
+    """Make the harness the reaper of orphaned descendants (a dead holder's worker):
+    it can then ``waitid`` them and learn which signal ended them."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0)
+
+
+def has_ended(proc: Proc) -> bool:
+    """Whether ``proc`` has exited (not reaped yet, or not ours to reap: a worker whose
+    parent still lives, for which ``waitid`` says ECHILD and the pidfd says it)."""
+    try:
+        return bool(os.waitid(os.P_PIDFD, proc.pidfd, os.WEXITED | os.WNOHANG | os.WNOWAIT))
+    except ChildProcessError:
+        if not isinstance(proc.popen, Adopted):
+            raise
+        poller = select.poll()
+        poller.register(proc.pidfd, select.POLLIN)
+        return bool(poller.poll(0))
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def reap_adopted(proc: Proc) -> int | None:
+    """Wait for a process the harness did not start to end; return its status.
+
+    Its pidfd becomes readable when it exits: ``proc.exit_ns`` is stamped
+    then (an upper bound, as for the harness's own children).  It can be
+    reaped (``waitid``) only once it is the harness's child, i.e. once its
+    parent died and it was reparented to the harness (the subreaper); until
+    then it stays a zombie.  ``None`` if someone else reaped it.
+    """
+    poller = select.poll()
+    poller.register(proc.pidfd, select.POLLIN)
+    while not poller.poll(1000):
+        pass
+    proc.exit_ns, proc.exit_wall = time.monotonic_ns(), time.time()
+    while True:
+        try:
+            info = os.waitid(os.P_PIDFD, proc.pidfd, os.WEXITED | os.WNOHANG)
+        except ChildProcessError:
+            if _parent_of(proc.pid) is None:
+                return None  # reaped by someone else
+            time.sleep(0.05)  # a zombie of its living parent: ours once that one dies
+            continue
+        if info is not None:
+            exited = info.si_code == os.CLD_EXITED
+            return info.si_status if exited else -info.si_status
+        time.sleep(0.05)
 
 
 class Who:

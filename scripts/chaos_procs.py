@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import chaos_faults as faults
-from chaos_process import Proc
+from chaos_process import Adopted, Proc, adopted, has_ended, set_subreaper
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO / "tests") not in sys.path:
@@ -59,7 +59,7 @@ STDERR_KEEP = 65536
 class Lab:
     """One project, one runtime directory, and every process of the run."""
 
-    def __init__(self, root: Path, *, tmpfs: bool = False) -> None:
+    def __init__(self, root: Path, *, tmpfs: bool = False, subreaper: bool = False) -> None:
         self.root = root
         self.kids = Children(root)  # project dir, runtime dir, witness file, env
         #: With ``tmpfs``: why the runtime dir could not be a small tmpfs (None: it is).
@@ -70,6 +70,14 @@ class Lab:
         self.legacy = root / "legacy.pid"
         #: Every child's save hook appends ``start PID NS`` / ``end PID NS`` here.
         self.saves = root / "saves.log"
+        #: Every holder's (and worker's) ``check_current()`` lines: ``pass|fail PID BEGIN END``.
+        self.checks = root / "checks.log"
+        #: Every event the children emit, also when the project's log is wiped or planted.
+        self.mirror = root / "events-mirror.jsonl"
+        #: Orphaned workers are reparented to the harness, which learns how they ended.
+        self.subreaper = subreaper and set_subreaper(True)
+        #: Workers that reported but had ended before the harness could watch them.
+        self.lost_workers: list[int] = []
         self.procs: list[Proc] = []
         self._fd_owner: dict[int, tuple[Proc, str]] = {}
         self._selector = selectors.DefaultSelector()
@@ -81,7 +89,11 @@ class Lab:
         self.ended_ns: int | None = None
         #: (wall clock, monotonic ns) pairs, to place event-log timestamps on the witness clock.
         self.clock: list[tuple[float, int]] = [(time.time(), time.monotonic_ns())]
-        self.settings = Settings.resolve(
+        self.settings = self._resolve()
+        self._key_id = self._names_key_id()
+
+    def _resolve(self) -> Settings:
+        settings = Settings.resolve(
             app="chaos",
             project=self.kids.project,
             mode="auto",
@@ -90,11 +102,37 @@ class Lab:
             runtime_dir=self.kids.runtime,
         )
         # Status queries from the harness are not decisions of the project: no log lines.
-        self.settings.events = EventLog(None, app="chaos", mode="auto", quiet=True)
+        settings.events = EventLog(None, app="chaos", mode="auto", quiet=True)
+        return settings
+
+    def _names_key_id(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.kids.runtime / "names.key", follow_symlinks=False)
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns
+
+    def refresh(self) -> Settings:
+        """The project's settings, resolved again after a wipe made a new ``names.key``
+        (the socket's name is a keyed hash: a new key, a new socket path)."""
+        now = self._names_key_id()
+        if now is not None and now != self._key_id:
+            self._key_id, self.settings = now, self._resolve()
+        return self.settings
 
     @property
     def paths(self) -> Any:
-        return self.settings.paths
+        return self.refresh().paths
+
+    def files(self) -> dict[str, str]:
+        """The run-wide files every child writes to (see ``child_config``)."""
+        return {
+            "witness": str(self.kids.witness),
+            "save_witness": str(self.saves),
+            "check_witness": str(self.checks),
+            "event_mirror": str(self.mirror),
+            "legacy_lock": str(self.legacy),
+        }
 
     # -- starting ---------------------------------------------------------------
 
@@ -123,10 +161,11 @@ class Lab:
         self.procs.append(proc)
         return proc
 
-    def start_child(self, step: int, cfg: dict[str, Any]) -> Proc:
-        """Start tests/programs/child.py with ``cfg`` (the tests' own spawn helper)."""
+    def start_child(self, step: int, cfg: dict[str, Any], **env: str) -> Proc:
+        """Start tests/programs/child.py with ``cfg`` (the tests' own spawn helper);
+        ``env``: variables to set beyond the usual ones (same runtime dir and project)."""
         born = _now()  # before the process exists: its first line can only come later
-        child = self.kids.start(**cfg)
+        child = self.kids.start(env=self.kids.env(**env), **cfg)
         return self._heard("child", child, step, born, cfg=cfg)
 
     def start_piped(self, step: int, argv: list[str], role: str = "piped") -> Proc:
@@ -164,6 +203,16 @@ class Lab:
         )
         return self._register("bystander", popen, step, born)
 
+    def _adopt(self, parent: Proc, report: dict[str, Any]) -> None:
+        """A holder's forked worker said hello: watch it (pidfd) and end it at the end."""
+        proc = adopted(parent, report)
+        if proc is None:  # gone already (it sleeps for minutes: it should not be)
+            self.lost_workers.append(int(report["pid"]))
+            return
+        proc.reaper = threading.Thread(target=self._reap, args=(proc,), daemon=True)
+        proc.reaper.start()
+        self.procs.append(proc)
+
     def dead_pid(self, step: int) -> int:
         """The pid of a process that has ended (and been reaped)."""
         born = _now()
@@ -186,7 +235,7 @@ class Lab:
             return False
         before = time.monotonic_ns()
         try:
-            if os.waitid(os.P_PIDFD, proc.pidfd, os.WEXITED | os.WNOHANG | os.WNOWAIT):
+            if has_ended(proc):
                 return False  # it has ended; the reaper is about to record it
             signal.pidfd_send_signal(proc.pidfd, signum)
         except (ProcessLookupError, ChildProcessError):
@@ -244,6 +293,8 @@ class Lab:
                 proc.self_stop_ns, proc.stopped = time.monotonic_ns(), True
             elif report.get("event") == "deposed":
                 proc.deposed = True
+            elif report.get("event") == "worker":
+                self._adopt(proc, report)
 
     def _forget(self, proc: Proc, fd: int) -> None:
         """End of stream on ``fd``: stop watching it and close it (main thread only)."""
@@ -260,9 +311,12 @@ class Lab:
 
     def _reap(self, proc: Proc) -> None:
         """Wait for ``proc`` to end and note when (the reaper is the only one that waits)."""
-        status = proc.popen.wait()
-        proc.exit_ns, proc.exit_wall = time.monotonic_ns(), time.time()
-        proc.returncode = status
+        if isinstance(proc.popen, Adopted):
+            proc.returncode = proc.popen.reap(proc)
+        else:
+            status = proc.popen.wait()
+            proc.exit_ns, proc.exit_wall = time.monotonic_ns(), time.time()
+            proc.returncode = status
         with self._reaped_lock:
             self._reaped.append(proc)
 
@@ -307,6 +361,9 @@ class Lab:
     def bystanders(self) -> list[Proc]:
         return [p for p in self.procs if p.role == "bystander" and p.alive]
 
+    def workers(self) -> list[Proc]:
+        return [p for p in self.procs if p.role == "worker"]
+
     # -- the end ------------------------------------------------------------------
 
     def unmount(self) -> None:
@@ -338,11 +395,14 @@ class Lab:
         for fd, (proc, _) in list(self._fd_owner.items()):
             self._forget(proc, fd)
         for proc in self.procs:
-            if proc.pidfd >= 0:
+            if proc.pidfd >= 0 and not (proc.reaper and proc.reaper.is_alive()):
                 with contextlib.suppress(OSError):
                     os.close(proc.pidfd)
                 proc.pidfd = -1
         self._selector.close()
+        if self.subreaper:
+            set_subreaper(False)
+            self.subreaper = False
 
 
 def _now() -> tuple[int, float]:

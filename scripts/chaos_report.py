@@ -6,8 +6,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos_check import Findings
 from chaos_counters import WEDGE_BOUND
+from chaos_current import DETECTION_BOUND_NS
+from chaos_findings import Findings
+from chaos_process import INF
 
 #: Convergence after the last event must take less than this (seconds).
 CONVERGENCE_BOUND = 20.0
@@ -31,6 +33,15 @@ class Report:
     event_files: int = 0
     torn_lines: int = 0
     notes: list[str] = field(default_factory=list)
+    #: Issue #11: files a ``switch_location`` newcomer left in its other XDG_RUNTIME_DIR.
+    switched_files: list[str] = field(default_factory=list)
+    #: How each ``switch_location`` newcomer ended.
+    switched: Counter[str] = field(default_factory=Counter)
+    #: Forking holders SIGKILLed with their worker alive; longest wait for the next claim.
+    fork_kills: tuple[int, float] = (0, 0.0)
+    #: Events in the project's own log (the judge reads the children's mirror of it).
+    project_log_events: int = 0
+    emitted_events: int = 0
 
     def must_be_zero(self) -> dict[str, list[str]]:
         f = self.found
@@ -47,6 +58,9 @@ class Report:
             "healthy holders signalled": f.healthy_signalled,
             "wedged projects": f.wedged,
             "concurrent saves": f.concurrent_saves,
+            "check_current() passes at the same moment": f.simultaneous,
+            "forked workers that kept the project": f.workers_kept,
+            "files left in a switched XDG_RUNTIME_DIR/TMPDIR": self.switched_files,
         }
         if self.convergence_s is None or self.convergence_s > CONVERGENCE_BOUND:
             checks["convergence within the bound"] = [f"{self.convergence_s}"]
@@ -55,6 +69,29 @@ class Report:
     @property
     def ok(self) -> bool:
         return not any(self.must_be_zero().values())
+
+    def _issue_11_lines(self) -> list[str]:
+        f = self.found
+        checks = f.checks
+        kills, longest = self.fork_kills
+        wait = "-" if not kills else "never" if longest == INF else f"{longest:.2f} s"
+        ran = max((ns for ns, _, _ in f.excused.values()), default=0.0) / 1e6
+        out = sum(handover for _, _, handover in f.excused.values())
+        switched = ", ".join(f"{v} {k}" for k, v in self.switched.most_common()) or "none"
+        return [
+            "  check_current() passes at the same moment (must be 0): "
+            f"{len(f.simultaneous)} (checks: {checks['pass']} passed, {checks['fail']} failed, "
+            f"by {checks['processes']} processes; {checks['unattributed']} unattributed)",
+            f"  forked workers that kept the project (must be 0): {len(f.workers_kept)} "
+            f"(workers: {f.workers}; holders SIGKILLed with their worker alive: {kills}, "
+            f"longest wait for the next claim: {wait})",
+            "  files left in a switched XDG_RUNTIME_DIR/TMPDIR (must be 0): "
+            f"{len(self.switched_files)} (switch_location newcomers: {switched})",
+            "  holders overlapping a newer one after their rendezvous was taken, within the "
+            f"detection bound ({DETECTION_BOUND_NS / 1e9:g} s of running, + request with a "
+            f"handover out): {len(f.excused)} (longest {ran:.1f} ms; {out} with a handover "
+            f"out; {f.stale_acks} such handovers committed after a newer claim)",
+        ]
 
     def row(self) -> str:
         """One line of a ``--seeds`` summary (a Markdown table row)."""
@@ -91,19 +128,23 @@ class Report:
             f"  wedged projects (must be 0): {len(f.wedged)} (bound {WEDGE_BOUND:g} s; longest "
             f"wait for a verdict: {f.longest_wait[0]:.1f} s, {f.longest_wait[1] or '-'})",
             f"  concurrent saves (must be 0): {len(f.concurrent_saves)} (saves: {f.saves})",
+            *self._issue_11_lines(),
             f"  harness actions: {harness}",
             f"  double holders (must be 0): {len(f.double_holders)}",
             "  signals to a process that was not the verified incumbent (must be 0): "
             f"{len(f.wrong_signals)} (from a successor to its deposed predecessor: "
             f"{f.exit_kills}; to an incumbent already exiting: {f.late_signals}; to an "
-            f"incumbent between its ACK or claim and its acquire line: {f.before_acquire})",
+            f"incumbent between its ACK or claim and its acquire line: {f.before_acquire}; "
+            f"to a wiped holder from the newcomer it sent SAVED to: {f.stale_kills}; "
+            f"SIGKILLs escalating such a fair SIGTERM: {f.escalations})",
             f"  deaths by a signal nobody logged (must be 0): {len(f.unlogged_deaths)}",
             f"  bystanders signalled (must be 0): {len(f.bystanders_hurt)}",
             f"  lost handoffs (must be 0): {len(f.lost_handoffs)} "
             f"(handoffs passed intact: {f.handoffs_kept})",
             "  holder died without a save (counter restarts, reported separately): "
             f"{f.reset_sigkill} SIGKILLed by the harness, "
-            f"{f.reset_hang_kill} killed by Highlander after a hang",
+            f"{f.reset_hang_kill} killed by Highlander after a hang; "
+            f"{f.reset_rendezvous} fresh after the rendezvous was taken (wipe, plant at the lock)",
             f"  legacy locks: {dict(f.legacy) or 'none'}; removed while naming a live "
             f"process (must be 0): {len(f.wrong_legacy)}",
             f"  stdout bytes written by children (must be 0): {f.stdout_bytes}",
@@ -120,8 +161,10 @@ class Report:
                 f"answers={s.get('answers')} pid={s.get('pid')} generation={s.get('generation')}"
             )
         lines.append(
-            f"  evidence: {len(f.reigns)} reigns, {self.event_files} event-log file(s), "
-            f"{self.torn_lines} torn line(s), {len(f.anomalies)} anomalies"
+            f"  evidence: {len(f.reigns)} reigns, {self.emitted_events} events emitted "
+            f"({self.project_log_events} of them found in the project's own log, "
+            f"{self.event_files} file(s), {self.torn_lines} torn line(s)), "
+            f"{len(f.anomalies)} anomalies"
         )
         for title, items in [
             *self.must_be_zero().items(),

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import chaos_faults as faults
+import chaos_rendezvous as rendezvous
 from chaos_log import EventTail
 from chaos_procs import Lab, Proc
 from chaos_report import CONVERGENCE_BOUND
@@ -41,15 +42,32 @@ class Runner:
     """Runs a schedule against a :class:`Lab` and settles it."""
 
     def __init__(
-        self, lab: Lab, tail: EventTail, say: Callable[[str], None], *, disk: bool = False
+        self,
+        lab: Lab,
+        tail: EventTail,
+        say: Callable[[str], None],
+        *,
+        disk: bool = False,
+        also: tuple[EventTail, ...] = (),
     ) -> None:
         self.lab, self.tail, self.say = lab, tail, say
+        #: Other logs to read as the run goes (the project's own event log).
+        self.also = also
         #: Whether the runtime dir is our tmpfs (else fill_disk/free_disk are no-ops).
         self.disk = disk
         #: Step index -> the process that step stopped (SIGCONT later, maybe).
         self.stopped_by: dict[int, Proc] = {}
         #: Step index -> the newcomer that step started to stop itself before its ACK.
         self.stuck: dict[int, Proc] = {}
+        #: Step index -> the newcomer that step started to fork a worker once holding.
+        self.forkers: dict[int, Proc] = {}
+        #: (forking holder, when the harness's SIGKILL to it was sent).
+        self.fork_kills: list[tuple[Proc, int]] = []
+        #: Newcomers started with another XDG_RUNTIME_DIR and TMPDIR (``switch_location``).
+        self.switched: list[Proc] = []
+        #: (before, after, what) around each wipe or plant at the lock file: from then on
+        #: the holder's lock file is not at the rendezvous path any more.
+        self.losses: list[tuple[int, int, str]] = []
         self.noops: Counter[str] = Counter()
         self.harness: Counter[str] = Counter()
         self.notes: list[str] = []
@@ -64,7 +82,7 @@ class Runner:
                 self.follow_up(what, origin)
             note = self.act(step)
             self.log.append((step.index, step.kind, note, time.monotonic_ns()))
-            self.tail.poll()
+            self.poll()
             if step.index % 50 == 0 or step.index == len(schedule) - 1:
                 self.say(f"step {step.index}: {step.kind}: {note}")
             if step.index < len(schedule) - 1:
@@ -74,10 +92,15 @@ class Runner:
         """Do what ``step`` says; return what happened, in a few words."""
         kind, params = step.kind, step.params
         if kind in STARTS:
-            proc = self.start(step.index, params)
+            env = self.switch(step.index) if kind == "switch_location" else {}
+            proc = self.start(step.index, params, env=env)
             if kind == "start_stuck":
                 self.stuck[step.index] = proc
-            return f"started pid {proc.pid}"
+            elif kind == "fork_worker":
+                self.forkers[step.index] = proc
+            elif env:
+                self.switched.append(proc)
+            return f"started pid {proc.pid}{' (XDG_RUNTIME_DIR, TMPDIR elsewhere)' * bool(env)}"
         actions: dict[str, Callable[[Step], str]] = {
             "storm": self.storm,
             "sigkill_holder": self.signal_holder,
@@ -86,6 +109,8 @@ class Runner:
             "sigstop_newcomer": self.signal_newcomer,
             "legacy_lock": self.legacy_lock,
             "pid_reuse": self.pid_reuse,
+            "wipe_runtime_dir": self.take_rendezvous,
+            "plant": self.take_rendezvous,
         }
         if kind in actions:
             return actions[kind](step)
@@ -99,6 +124,7 @@ class Runner:
             "corrupt_state": faults.corrupt_state,
             "fill_disk": faults.fill_disk,
             "free_disk": faults.free_disk,
+            "clear_plant": rendezvous.clear_plant,
         }
         note = damage[kind](self.lab.paths, **params)
         if " not " in note:  # "state not corrupted (...): Is a directory", ...
@@ -110,6 +136,33 @@ class Runner:
         count = step.params["count"]
         pids = [self.start(step.index, step.params, wait=False).pid for _ in range(count)]
         return f"{count} newcomers started, pids {pids[0]} .. {pids[-1]}"
+
+    def switch(self, index: int) -> dict[str, str]:
+        """Another XDG_RUNTIME_DIR and TMPDIR (a login made /run/user/UID appear), same
+        HIGHLANDER_RUNTIME_DIR: the newcomer must still meet the holder."""
+        elsewhere = self.lab.root / "switched" / f"step-{index}"
+        elsewhere.mkdir(parents=True, mode=0o700)
+        return {"XDG_RUNTIME_DIR": str(elsewhere), "TMPDIR": str(elsewhere)}
+
+    def take_rendezvous(self, step: Step) -> str:
+        """A wipe, or a plant: the project's own log is read first (a wipe deletes it)."""
+        self.poll()
+        before = time.monotonic_ns()
+        if step.kind == "wipe_runtime_dir":
+            note = rendezvous.wipe_runtime_dir(self.lab.paths, **step.params)
+            lost = True
+        else:
+            note = rendezvous.plant(self.lab.paths, **step.params)
+            lost = step.params["target"] == "lock" and " not " not in note
+        if lost:
+            self.losses.append((before, time.monotonic_ns(), f"step {step.index}: {note}"))
+        if " not " in note:
+            self.noops[f"plant: {note.split(':')[0]}"] += 1
+        return note
+
+    def poll(self) -> None:
+        for tail in (self.tail, *self.also):
+            tail.poll()
 
     def legacy_lock(self, step: Step) -> str:
         lab, index = self.lab, step.index
@@ -124,7 +177,9 @@ class Runner:
 
     def follow_up(self, what: str, origin: int) -> None:
         """A signal due now to what step ``origin`` stopped or started."""
-        if origin in self.stuck:
+        if origin in self.forkers:
+            self.kill_forker(self.forkers[origin])
+        elif origin in self.stuck:
             proc = self.stuck[origin]
             if what == "SIGCONT" and proc.self_stop_ns is None:
                 # Not at its ACK yet (or never got there): the settling resumes it if it stops.
@@ -133,6 +188,15 @@ class Runner:
             self._signal(proc, signal.Signals[what], counted=f"{what} (stuck newcomer)")
         elif origin in self.stopped_by:
             self._signal(self.stopped_by[origin], signal.SIGCONT)
+
+    def kill_forker(self, proc: Proc) -> None:
+        """SIGKILL a holder that forked a worker (given up to 2 s to hold and fork)."""
+        self.lab.wait_until(lambda: proc.worker is not None or not proc.alive, 2.0)
+        if proc.worker is None or not proc.believes:
+            self.noops["fork_worker SIGKILL: no worker yet, or no longer the holder"] += 1
+            return
+        self._signal(proc, signal.SIGKILL, counted="SIGKILL (holder with a forked worker)")
+        self.fork_kills.append((proc, time.monotonic_ns()))
 
     def signal_holder(self, step: Step) -> str:
         holder = self.lab.holder()
@@ -161,13 +225,19 @@ class Runner:
             self.stopped_by[step.index] = proc
         return f"{signum.name} pid {proc.pid} (started at step {proc.step})"
 
-    def start(self, index: int, params: dict[str, Any], *, wait: bool = True) -> Proc:
+    def start(
+        self,
+        index: int,
+        params: dict[str, Any],
+        *,
+        wait: bool = True,
+        env: dict[str, str] | None = None,
+    ) -> Proc:
         lab = self.lab
         running = lambda: sum(not p.stopped for p in lab.live_children())  # noqa: E731
         if wait and not lab.wait_until(lambda: running() < MAX_LIVE, 10.0):
             self.notes.append(f"step {index}: {MAX_LIVE} processes still running after 10 s")
-        cfg = child_config(params, str(lab.kids.witness), str(lab.legacy), str(lab.saves))
-        return lab.start_child(index, cfg)
+        return lab.start_child(index, child_config(params, lab.files()), **(env or {}))
 
     def bystander(self, index: int, *, new: bool = False) -> Proc:
         alive = self.lab.bystanders()
@@ -196,6 +266,18 @@ class Runner:
             self.log.append((len(schedule), "free_disk", note, time.monotonic_ns()))
         note = faults.clear_socket_dir(self.lab.paths)
         self.log.append((len(schedule), "clear_socket_dir", note, time.monotonic_ns()))
+        for note in rendezvous.clear_plants(self.lab.paths):
+            self.log.append((len(schedule), "clear_plant", note, time.monotonic_ns()))
+        self.resume_lost()
+
+    def resume_lost(self) -> None:
+        """SIGCONT every holder that was stopped when its rendezvous was taken: it steps
+        down when it runs again (nobody else would ever resume or end it)."""
+        for proc in self.lab.live_children():
+            stops = [before for name, before, _ in proc.signals if name == "SIGSTOP"]
+            lost = stops and any(after > stops[-1] for _, after, _ in self.losses)
+            if proc.stopped and proc.believes and lost:
+                self._signal(proc, signal.SIGCONT, counted="SIGCONT (stopped across a wipe)")
 
     def resume_stuck(self) -> None:
         """SIGCONT every newcomer that stopped itself before its ACK (at the settling
@@ -213,7 +295,7 @@ class Runner:
         interventions, deadline = 0, began + CONVERGENCE_BOUND + 10
         while time.monotonic() < deadline:
             lab.pump(0.02)
-            self.tail.poll()
+            self.poll()
             self.resume_stuck()
             if self.converged():
                 return time.monotonic() - began, interventions
@@ -238,7 +320,7 @@ class Runner:
         believers = [p for p in self.lab.children() if p.believes]
         if len(believers) != 1 or believers[0].stopped:
             return False
-        found = run_blocking(query_status(self.lab.settings, BLOCKING))
+        found = run_blocking(query_status(self.lab.refresh(), BLOCKING))
         return found.reply is not None and found.reply.pid == believers[0].pid
 
     def drain(self, timeout: float = 15.0) -> None:
@@ -250,7 +332,12 @@ class Runner:
             return len(lab.live_children()) <= 1
 
         if not lab.wait_until(done, timeout):
-            self.notes.append(f"{len(lab.live_children())} processes alive after the drain")
+            alive = ", ".join(
+                f"pid {p.pid} (step {p.step}, {'stopped' if p.stopped else 'running'}, "
+                f"{'holds' if p.believes else 'deposed' if p.deposed else 'no verdict'})"
+                for p in lab.live_children()
+            )
+            self.notes.append(f"alive after the drain: {alive}")
 
     def cli_status(self) -> dict[str, Any] | None:
         """`highlander status --json`, as an operator would run it."""

@@ -31,12 +31,27 @@ WEIGHTS: dict[str, float] = {
     "pid_reuse": 7,  # an unrelated `sleep` whose pid is written into .state
     "fill_disk": 2,  # the runtime dir's tmpfs filled to ENOSPC; `free_disk` follows
     "storm": 0.75,  # 64 newcomers back to back (about 1 step in 150)
+    # Issue #11: the rendezvous taken from under the holder.
+    "wipe_runtime_dir": 3,  # rm -rf of the runtime dir's contents, or of lock and socket only
+    "switch_location": 3,  # a newcomer whose XDG_RUNTIME_DIR and TMPDIR point elsewhere
+    "plant": 5,  # a FIFO, directory or symlink at .state, .events.jsonl, the socket or the lock
+    "fork_worker": 3,  # a holder forks a worker, then is SIGKILLed; the worker lives on
 }
 STARTS = ("start_normal", "start_slow", "start_hang", "start_late_ack")
-STARTS += ("start_stuck", "start_low_nofile")
+STARTS += ("start_stuck", "start_low_nofile", "switch_location", "fork_worker")
 #: Steps the schedule places itself, a few steps after the step that needs them:
 #: an operator undoing what would otherwise block every newcomer.
-FOLLOW_UPS = {"fill_disk": "free_disk", "replace_socket": "clear_socket_dir"}
+FOLLOW_UPS = {
+    "fill_disk": "free_disk",
+    "replace_socket": "clear_socket_dir",
+    "plant": "clear_plant",
+}
+#: Parameters a follow-up carries over from the step that needs it.
+CARRIED = ("target",)
+#: Where ``plant`` puts something, and what.
+PLANT_TARGETS = ("state", "events", "socket", "lock")
+PLANT_VARIANTS = ("fifo", "directory", "symlink_null", "symlink_dangling")
+WIPE_VARIANTS = ("whole", "lock_and_socket")
 #: Newcomers in a storm.
 STORM = 64
 #: What replaces the socket file.
@@ -98,6 +113,22 @@ def _replace_socket(rng: random.Random) -> dict[str, Any]:
     return {"variant": variant}
 
 
+def _plant(rng: random.Random) -> dict[str, Any]:
+    """What to plant where; ``after`` when the plant blocks newcomers by design (anything at
+    the lock file, a directory at the record or the socket) or is never replaced by the
+    library (the event log): an operator removes it then, as the one-line error says."""
+    target, variant = rng.choice(PLANT_TARGETS), rng.choice(PLANT_VARIANTS)
+    params: dict[str, Any] = {"target": target, "variant": variant}
+    if target in ("lock", "events") or variant == "directory":
+        params["after"] = _later(rng)
+    return params
+
+
+def _fork_worker(rng: random.Random) -> dict[str, Any]:
+    """A newcomer that, once holding, forks a worker; SIGKILLed 1 or 2 steps later."""
+    return _newcomer(rng, fork_worker=True, fate="SIGKILL", after=rng.randint(1, 2))
+
+
 def _ack_deadline(rng: random.Random) -> float:
     """The incumbent's ACK deadline (``request``), give or take 20 ms."""
     return round(TIMEOUTS["request"] + rng.uniform(-0.02, 0.02), 4)
@@ -135,6 +166,10 @@ _PARAMS: dict[str, Callable[[random.Random], dict[str, Any]]] = {
     "pid_reuse": lambda rng: {"variant": rng.choice(["reused", "forged"])},
     "fill_disk": lambda rng: {"after": _later(rng)},
     "storm": lambda rng: {"count": STORM, **_newcomer(rng)},
+    "wipe_runtime_dir": lambda rng: {"variant": rng.choice(WIPE_VARIANTS)},
+    "switch_location": _newcomer,
+    "plant": _plant,
+    "fork_worker": _fork_worker,
 }
 #: Parameters of a start step that are the harness's, not the child's.
 _HARNESS_KEYS = ("fate", "after", "count")
@@ -145,18 +180,18 @@ def make_schedule(
 ) -> list[Step]:
     """``count`` steps for ``seed``; the first one always starts a holder.
 
-    A ``free_disk`` follows each ``fill_disk``, and a ``clear_socket_dir``
-    each directory put at the socket path, 1 to 4 steps later (in place of
+    A ``free_disk`` follows each ``fill_disk``, a ``clear_socket_dir`` each
+    directory put at the socket path, and a ``clear_plant`` each plant that
+    blocks newcomers or is never replaced, 1 to 4 steps later (in place of
     that step's draw; the next free index if two fall together).
     """
     rng = random.Random(seed)
     kinds, weights = list(WEIGHTS), list(WEIGHTS.values())
     drafts: list[tuple[str, dict[str, Any], float]] = []
-    placed: dict[int, tuple[str, int]] = {}
+    placed: dict[int, tuple[str, dict[str, Any]]] = {}
     for index in range(count):
         if index in placed:
-            kind, origin = placed.pop(index)
-            params: dict[str, Any] = {"origin": origin}
+            kind, params = placed.pop(index)
         else:
             kind = "start_normal" if index == 0 else rng.choices(kinds, weights)[0]
             params = _draw(rng, kind, state_damage)
@@ -165,7 +200,8 @@ def make_schedule(
             at = index + params["after"]
             while at in placed:
                 at += 1
-            placed[at] = (follow, index)
+            carried = {key: params[key] for key in CARRIED if key in params}
+            placed[at] = (follow, {"origin": index, **carried})
         # A quarter of the steps follow the previous one at once (overlapping chaos).
         gap = rng.uniform(0.0, 0.05) if rng.random() < 0.25 else rng.uniform(0.15, 0.6)
         drafts.append((kind, params, round(gap, 3)))
@@ -173,7 +209,7 @@ def make_schedule(
     for index, (kind, params, _) in enumerate(drafts):
         after = params.get("resume_after", params.get("after"))
         what = {"sigstop_holder": "SIGCONT", "sigstop_newcomer": "SIGCONT"}.get(kind)
-        what = params.get("fate") if kind == "start_stuck" else what
+        what = params.get("fate") if kind in ("start_stuck", "fork_worker") else what
         if what and after is not None and index + after < count:
             due.setdefault(index + after, []).append((what, index))
     return [
@@ -191,17 +227,22 @@ def _draw(rng: random.Random, kind: str, state_damage: tuple[str, ...]) -> dict[
     return _PARAMS[kind](rng) if kind in _PARAMS else {}
 
 
-def child_config(
-    params: dict[str, Any], witness: str, legacy_lock: str, save_witness: str
-) -> dict[str, Any]:
-    """The HL_CHILD configuration of tests/programs/child.py for a start step."""
+#: How often every holder of the run calls ``check_current()`` (seconds).
+CHECK_LOOP = 0.02
+
+
+def child_config(params: dict[str, Any], files: dict[str, str]) -> dict[str, Any]:
+    """The HL_CHILD configuration of tests/programs/child.py for a start step.
+
+    ``files``: the run-wide logs (``witness``, ``save_witness``, ``check_witness``,
+    ``event_mirror``) and ``legacy_lock``.
+    """
     cfg: dict[str, Any] = {
         "app": "chaos",
-        "witness": witness,
-        "save_witness": save_witness,
+        **files,
+        "check_loop": CHECK_LOOP,
         "timeouts": TIMEOUTS,
         "thrash_limit": 1_000_000,
-        "legacy_lock": legacy_lock,
         "hold": 3600,
     }
     cfg.update({k: v for k, v in params.items() if k not in _HARNESS_KEYS})

@@ -24,11 +24,18 @@ sys.path.append(str(SCRIPTS))
 
 import chaos  # noqa: E402
 import chaos_faults  # noqa: E402
+import chaos_rendezvous  # noqa: E402
 from chaos_check import judge  # noqa: E402
 from chaos_counters import WEDGE_BOUND  # noqa: E402
-from chaos_log import SaveLine, Witness  # noqa: E402
+from chaos_log import CheckLine, EventTail, SaveLine, Witness, read_checks  # noqa: E402
 from chaos_procs import Lab, Proc  # noqa: E402
-from chaos_schedule import TIMEOUTS, make_schedule  # noqa: E402
+from chaos_schedule import (  # noqa: E402
+    PLANT_TARGETS,
+    TIMEOUTS,
+    WIPE_VARIANTS,
+    child_config,
+    make_schedule,
+)
 
 SEED = 1
 EVENTS = 100
@@ -74,6 +81,32 @@ def test_the_schedule_has_issue_10s_faults_at_500_events() -> None:
             origin = schedule[step.params["origin"]]
             assert origin.kind in ("fill_disk", "replace_socket")
             assert 1 <= step.index - origin.index <= 8
+
+
+def test_the_schedule_has_issue_11s_faults_at_500_events() -> None:
+    """Wipes (whole and lock+socket), a switched location, plants at each of the four
+    files, forked workers whose holder is SIGKILLed later: all in `make chaos`."""
+    schedule = make_schedule(SEED, 500)
+    kinds = {step.kind for step in schedule}
+    assert {"wipe_runtime_dir", "switch_location", "plant", "clear_plant", "fork_worker"} <= kinds
+    wipes = {s.params["variant"] for s in schedule if s.kind == "wipe_runtime_dir"}
+    assert wipes == set(WIPE_VARIANTS)
+    plants = [s for s in schedule if s.kind == "plant"]
+    assert {s.params["target"] for s in plants} == set(PLANT_TARGETS)
+    assert {"fifo", "directory"} <= {s.params["variant"] for s in plants}
+    assert {"symlink_null", "symlink_dangling"} & {s.params["variant"] for s in plants}
+    for step in schedule:
+        if step.kind == "clear_plant":  # an operator removes what blocks newcomers
+            origin = schedule[step.params["origin"]]
+            assert origin.kind == "plant" and origin.params["target"] == step.params["target"]
+            assert 1 <= step.index - origin.index <= 8
+        if step.kind == "plant" and step.params["target"] == "lock":
+            assert "after" in step.params  # anything at the lock file blocks every newcomer
+    kills = [what for s in schedule for what, o in s.due if schedule[o].kind == "fork_worker"]
+    assert kills and set(kills) == {"SIGKILL"}
+    cfg = child_config(next(s for s in schedule if s.kind == "fork_worker").params, {})
+    assert cfg["fork_worker"] is True and cfg["check_loop"] > 0
+    assert "fate" not in cfg and "after" not in cfg
 
 
 @pytest.mark.timeout(300)
@@ -320,6 +353,175 @@ def test_the_checker_catches_two_overlapping_saves() -> None:
     assert found.saves == 5
     assert len(found.concurrent_saves) == 1, found.concurrent_saves
     assert found.concurrent_saves[0].startswith("pid 101")
+
+
+def _checks(*lines: tuple[str, int, float]) -> list[CheckLine]:
+    """``(pass|fail, pid, seconds)`` -> check lines lasting 1 ms each."""
+    second = 1_000_000_000
+    return [
+        CheckLine(what == "pass", pid, int(at * second), int(at * second) + 1_000_000)
+        for what, pid, at in lines
+    ]
+
+
+def test_the_checker_catches_two_processes_passing_check_current_at_once() -> None:
+    """A pass of B inside the stretch between two consecutive passes of A: both held."""
+    second = 1_000_000_000
+    a = _holder(101, spawn=0, exit_=10 * second)
+    b = _holder(102, spawn=0, exit_=10 * second)
+    # A quick, legitimate handover: A's last pass, then B's first pass 25 ms later
+    # (about one loop period), then A's next check fails.  Not a violation.  Then B
+    # is deposed (fails), and A passes at 5.00 and 5.04 while B passed at 5.02 in
+    # between: the violation (whatever let A pass again).
+    checks = _checks(
+        ("pass", 101, 1.00),
+        ("pass", 101, 1.02),
+        ("pass", 102, 1.045),
+        ("fail", 101, 1.04),
+        ("pass", 102, 1.065),
+        ("fail", 101, 3.00),
+        ("pass", 102, 3.00),
+        ("fail", 102, 3.04),
+        ("pass", 101, 5.00),
+        ("pass", 102, 5.02),
+        ("pass", 101, 5.04),
+    )
+    found = judge([a, b], [], [], [(0.0, 0)], checks=checks)
+    assert len(found.simultaneous) == 1, found.simultaneous
+    assert found.simultaneous[0].startswith("pid 102 (child, step 0) passed")
+    assert "pid 101" in found.simultaneous[0]
+    assert found.checks["pass"] == 8 and found.checks["fail"] == 3
+    # The same evidence with A's two passes from two processes that share a pid
+    # (the first ended before the second began): no stretch, no violation.
+    first = _holder(101, spawn=0, exit_=5_010_000_000)
+    reused = _holder(101, spawn=5_030_000_000, exit_=10 * second)
+    found = judge([first, reused, b], [], [], [(0.0, 0)], checks=checks)
+    assert found.simultaneous == []
+
+
+def _worker(pid: int, parent: int, **kept: Any) -> Proc:
+    second = 1_000_000_000
+    proc = _proc(pid, spawn=second, exit_=9 * second, rc=-9, ready=None)
+    proc.role, proc.kept = "worker", {"pid": pid, "parent": parent, **kept}
+    return proc
+
+
+def test_the_checker_catches_a_worker_that_kept_the_project_or_was_signalled() -> None:
+    second = 1_000_000_000
+    clean = _worker(201, 101, lock_copies=0, listening=0, is_holder=False)
+    clean.kill_began_ns = clean.killed_ns = 9 * second  # the harness ended it: fine
+    kept = _worker(202, 101, lock_copies=1, listening=1, is_holder=False)
+    kept.kill_began_ns = kept.killed_ns = 9 * second
+    hurt = _worker(203, 101, lock_copies=0, listening=0, is_holder=False)
+    hurt.returncode = -15  # died of a SIGTERM the harness did not send
+    checks = _checks(("fail", 201, 2.0), ("pass", 201, 2.5), ("fail", 202, 2.0))
+    events = [_term(300, hurt, 5 * second)]
+    found = judge([clean, kept, hurt], events, [], [(0.0, 0)], checks=checks)
+    assert found.workers == 3
+    assert len(found.workers_kept) == 2, found.workers_kept
+    assert (
+        "worker pid 201" in found.workers_kept[0]
+        and "1 check_current() passes" in (found.workers_kept[0])
+    )
+    assert "lock_copies 1, listening 1" in found.workers_kept[1]
+    assert found.bystanders_hurt == ["worker pid 203 died of SIGTERM"]
+    assert len(found.wrong_signals) == 1 and "worker" in found.wrong_signals[0]
+
+
+def test_an_overlap_after_the_rendezvous_was_taken_is_excused_only_briefly() -> None:
+    """After a wipe the old holder may hold beside a newcomer until it notices (docs:
+    milliseconds; the judge allows 1 s of its running time), never longer."""
+    second = 1_000_000_000
+    old = _proc(101, spawn=0, exit_=3 * second, rc=0, ready={"counter": 4})
+    new = _proc(102, spawn=second, exit_=9 * second, rc=0, ready={"counter": 1})
+    events = [
+        _claimed(101, 1 * second, 1, "claimed_free"),
+        _claimed(102, 2 * second, 2, "claimed_free"),
+    ]
+    wipe = [(int(1.9 * second), int(1.9 * second) + 1000, "step 7: runtime dir wiped")]
+    for release, excused in ((int(2.1 * second), True), (int(2.95 * second), False)):
+        witness = [
+            Witness("acquire", 101, 1, 1 * second),
+            Witness("acquire", 102, 2, 2 * second),
+            Witness("release", 101, 1, release),
+        ]
+        found = judge([old, new], events, witness, [(0.0, 0)], losses=wipe)
+        assert len(found.excused) == int(excused) and len(found.double_holders) == int(not excused)
+        assert found.lost_handoffs == [] and found.reset_rendezvous == 1
+    # Without the wipe the same evidence is a double holder and a lost handoff.
+    found = judge([old, new], events, witness, [(0.0, 0)])
+    assert len(found.double_holders) == 1 and len(found.lost_handoffs) == 1
+
+
+def test_plant_and_wipe_leave_what_they_say(tmp_path: Path) -> None:
+    rt = tmp_path / "rt"
+    rt.mkdir()
+    paths = SimpleNamespace(
+        runtime_dir=str(rt),
+        lock=str(rt / "p.lock"),
+        state=str(rt / "p.state"),
+        events=str(rt / "p.events.jsonl"),
+        socket=str(rt / "s.sock"),
+    )
+    for target in PLANT_TARGETS:
+        for variant in ("fifo", "directory", "symlink_null", "symlink_dangling"):
+            Path(getattr(paths, target)).write_text("a regular file\n")
+            assert "planted" in chaos_rendezvous.plant(paths, target, variant)
+            assert chaos_rendezvous.planted(getattr(paths, target)) is not None
+            assert chaos_rendezvous.clear_plant(paths, target).endswith("removed")
+            assert not os.path.lexists(getattr(paths, target))
+    assert not (tmp_path / "chaos-nowhere").exists()  # a dangling symlink stays dangling
+    Path(paths.lock).write_text("1\n")
+    Path(paths.state).write_text("{}")
+    assert chaos_rendezvous.wipe_runtime_dir(paths, "lock_and_socket") == "deleted: lock"
+    assert os.path.exists(paths.state)
+    os.mkfifo(paths.events)
+    (rt / "sub").mkdir()
+    assert chaos_rendezvous.wipe_runtime_dir(paths, "whole") == "runtime dir wiped (3 entries)"
+    assert rt.is_dir() and list(rt.iterdir()) == []  # the mount point itself stays
+
+
+def test_the_event_tail_neither_hangs_on_a_fifo_nor_reads_a_directory(tmp_path: Path) -> None:
+    log = tmp_path / "x.events.jsonl"
+    for make in (os.mkfifo, os.mkdir, lambda p: os.symlink(os.devnull, p)):
+        make(log)
+        tail = EventTail(str(log))
+        tail.poll()  # neither blocks nor raises
+        assert tail.lines == [] and tail.files == 0
+        tail.close()
+        chaos_rendezvous.clear_plant(SimpleNamespace(events=str(log)), "events")
+    log.write_text('{"event": "x", "ts": 1.0}\n')
+    tail = EventTail(str(log))
+    tail.poll()
+    assert tail.lines == [{"event": "x", "ts": 1.0}]
+    tail.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_forked_worker_keeps_nothing_and_the_harness_ends_it(tmp_path: Path) -> None:
+    """child.py's ``fork_worker``: the worker reports what it kept (nothing), its holder
+    is SIGKILLed, a newcomer claims at once, and the harness reaps the orphaned worker."""
+    lab = Lab(tmp_path, subreaper=True)
+    try:
+        cfg = child_config({"save": "normal", "steps": 1, "fork_worker": True}, lab.files())
+        cfg.update(timeouts=TIMEOUTS, hold=60)
+        holder = lab.start_child(0, cfg)
+        assert lab.wait_until(lambda: holder.worker is not None, 30.0), holder.last_error()
+        worker = holder.worker
+        assert worker is not None and worker.kept is not None
+        assert worker.kept["lock_copies"] == 0 and worker.kept["listening"] == 0
+        assert worker.kept["is_holder"] is False
+        assert lab.send(holder, signal.SIGKILL)
+        newcomer = lab.start_child(1, {**cfg, "fork_worker": False})
+        assert lab.wait_until(lambda: newcomer.ready is not None, 30.0), newcomer.last_error()
+        assert newcomer.ready is not None and newcomer.ready["outcome"] == "claimed_stale"
+        assert worker.alive  # it outlived its holder, and kept nothing of the project
+    finally:
+        lab.end_all()
+    assert worker.returncode == -signal.SIGKILL and worker.killed_ns is not None
+    checks = read_checks(lab.checks)
+    assert any(c.pid == worker.pid and not c.passed for c in checks)
+    assert not any(c.pid == worker.pid and c.passed for c in checks)
 
 
 def test_corrupt_state_neither_hangs_on_a_fifo_nor_follows_a_symlink(tmp_path: Path) -> None:

@@ -3,12 +3,20 @@
 It writes nothing to stdout (the tests check that); it reports to the test
 through the pipe named by HL_READY_FD and appends acquire/release lines with
 a CLOCK_MONOTONIC timestamp to the witness file.
+
+Options the chaos harness (scripts/chaos.py) adds: ``event_mirror`` (a path:
+every event the library emits is also appended there, so a wiped or planted
+event log loses no evidence), ``check_loop`` (seconds) with ``check_witness``
+(a path: once holding, ``check_current()`` in a loop, ``pass|fail PID BEGIN
+END`` lines), and ``fork_worker`` (once holding, fork a worker that outlives
+the holder; it reports what it kept and checks ``check_current()`` too).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 import time
 from typing import Any
@@ -85,6 +93,135 @@ async def async_save(progress: Progress) -> dict[str, Any]:
         async with anyio.create_task_group() as tg:  # the usual way a group reaches a hook
             tg.start_soon(write_index)
     return {"counter": state["counter"], "from": os.getpid()}
+
+
+def mirror_events() -> None:
+    """``event_mirror``: append every event the library emits to a file outside the
+    runtime directory too (one ``write`` on an ``O_APPEND`` descriptor, before the
+    library's own log write, which a wipe or a planted FIFO may lose)."""
+    path = cfg.get("event_mirror")
+    if not path:
+        return
+    from highlander._events import EventLog
+
+    real = EventLog._write
+
+    def _write(self: EventLog, event: Any, record: dict[str, Any]) -> dict[str, Any]:
+        if self.path is not None:  # the project's log, not a quiet helper's
+            line = json.dumps(record, separators=(",", ":"), default=str) + "\n"
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+        return real(self, event, record)
+
+    EventLog._write = _write  # type: ignore[method-assign]
+
+
+def check_once(hl: Highlander) -> None:
+    """One ``check_current()``, stamped before and after: ``pass|fail PID BEGIN END``."""
+    from highlander import Deposed
+
+    began = time.monotonic_ns()
+    try:
+        hl.check_current()
+        what = "pass"
+    except Deposed:
+        what = "fail"
+    ended = time.monotonic_ns()
+    path = cfg.get("check_witness")
+    if path:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, f"{what} {os.getpid()} {began} {ended}\n".encode())
+        finally:
+            os.close(fd)
+
+
+def start_check_loop(hl: Highlander) -> None:
+    """``check_loop``: once holding, ``check_current()`` every ``check_loop`` seconds."""
+    period = float(cfg.get("check_loop", 0))
+    if period <= 0:
+        return
+    import threading
+
+    def loop() -> None:
+        while True:
+            check_once(hl)
+            time.sleep(period)
+
+    threading.Thread(target=loop, name="child-check-loop", daemon=True).start()
+
+
+#: How long a forked worker lives at most (the test ends it sooner, by pid).
+WORKER_LIFE = 600.0
+
+
+def fork_worker(hl: Highlander) -> None:
+    """``fork_worker``: fork a worker (as a pre-fork server would) that outlives us.
+
+    The worker reports what it kept of the rendezvous (descriptors of the lock
+    file, listening sockets, ``is_holder``), closes the report pipe, and then
+    calls ``check_current()`` every 0.5 s (into ``check_witness``) until
+    :data:`WORKER_LIFE` is over.  It never returns into this program.
+    """
+    if not cfg.get("fork_worker") or not hl.is_holder:
+        return
+    import warnings
+
+    assert hl.settings is not None
+    try:
+        lock = os.stat(hl.settings.paths.lock, follow_symlinks=False)
+    except OSError:
+        lock = None
+    with warnings.catch_warnings():  # 3.12+: fork() in a multi-threaded process
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid:
+        return
+    code = 0
+    try:
+        forked = time.monotonic_ns()
+        held = hl.is_holder
+        report(event="worker", parent=os.getppid(), forked_ns=forked, is_holder=held, **kept(lock))
+        os.close(ready_fd)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+        until = time.monotonic() + WORKER_LIFE
+        while time.monotonic() < until:
+            check_once(hl)
+            time.sleep(0.5)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def kept(lock: os.stat_result | None) -> dict[str, int]:
+    """Descriptors of this process that refer to the lock file ``lock`` or listen."""
+    import socket
+
+    copies = listening = 0
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            continue
+        if lock is not None and (st.st_dev, st.st_ino) == (lock.st_dev, lock.st_ino):
+            copies += 1
+        if stat.S_ISSOCK(st.st_mode):
+            try:
+                with socket.socket(fileno=os.dup(fd)) as sock:
+                    listening += bool(sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN))
+            except OSError:
+                continue
+    return {"lock_copies": copies, "listening": listening}
 
 
 def options() -> dict[str, Any]:
@@ -181,6 +318,9 @@ def reign(hl: Highlander) -> None:
         is_holder=hl.is_holder,
         counter=state["counter"],
     )
+    if hl.is_holder:
+        start_check_loop(hl)
+        fork_worker(hl)
 
 
 def apply_limits_and_faults() -> None:
@@ -228,6 +368,7 @@ def report_error(exc: BaseException) -> None:
 
 
 def main() -> None:
+    mirror_events()
     pause_before_ack()
     apply_limits_and_faults()
     if cfg.get("async"):
