@@ -113,9 +113,10 @@ class _Fresh(Value):
 class _Busy(Value):
     """The holder missed HELLO but the kernel says it was working (a loaded machine).
 
-    It is spared for up to ``stall`` seconds under one record: long enough for
-    a storm's load to pass, bounded so that a holder spinning without ever
-    answering is still ended.
+    It is spared for up to ``ceiling`` seconds under one record (the longest
+    anything may take): long enough for a storm's load to pass, bounded so
+    that a holder spinning without ever answering is still ended.  A holder
+    that is stopped, or asleep without gaining CPU time, gets no such grace.
     """
 
     target: Expected
@@ -183,6 +184,8 @@ class _Progress:
         self.pardoned: set[int] = set()
         self.queue_full = Patience(settings)
         self.busy = Patience(settings)
+        #: How long something nobody can publish over has stood at the socket path.
+        self.blocked = Patience(settings)
 
     async def settle(
         self, result: _Wait | _Hung | _Fresh | _Busy | _Transition | _Retry | Mismatch | None
@@ -233,15 +236,24 @@ class _Progress:
         taking the lock and renaming its socket into place, or a storm's queue
         draining; back off, try again.  Past it, a holder the kernel shows
         working (a loaded machine, a serving side still starting) gets up to
-        ``stall`` more; then it is ended.
+        ``ceiling`` more; then it is ended.
         """
         timeouts = self.settings.timeouts
         patience = self.queue_full if queue_full else self.socketless
+        blocker = None if queue_full else in_the_way(self.settings.paths.socket)
+        if blocker is not None:
+            # Nobody can publish a socket over it: while it stands there the
+            # holder is not to blame, so its time does not count against it.
+            patience.reset()
+            if self.blocked.exceeded(timeouts.hello):
+                raise _blocked(self.settings, blocker)
+            return False
+        self.blocked.reset()
         if not patience.exceeded(timeouts.hello):
             return False
         if not queue_full and self.settings.renamed():
             return True  # the directory was wiped and renamed its socket: look there
-        if patience.busy() and not self.busy.exceeded(timeouts.stall):
+        if patience.busy() and not self.busy.exceeded(timeouts.ceiling):
             await self.waiter.sleep(min(0.1, timeouts.hello))  # it is working: look again soon
             return False
         patience.reset()
@@ -251,7 +263,7 @@ class _Progress:
     def _pardon(self, silent: _Fresh | _Busy) -> _Hung | _Retry:
         """A silent holder that may be fine gets another chance (bounded): try again."""
         if isinstance(silent, _Busy):
-            if self.busy.exceeded(self.settings.timeouts.stall):
+            if self.busy.exceeded(self.settings.timeouts.ceiling):
                 return _Hung(silent.target, Phase.HELLO.value)
             return _RETRY
         if silent.generation in self.pardoned:
@@ -264,11 +276,7 @@ async def _end_unreachable_holder(settings: Settings, waiter: Waiter, *, queue_f
     """The lock is held but nobody listens (or accepts): end the verified holder, or explain."""
     blocker = None if queue_full else in_the_way(settings.paths.socket)
     if blocker is not None:
-        # The holder cannot publish its socket over it; it is not hung.
-        raise IncumbentUnreachableError(
-            f"{settings.paths.socket} is {blocker}, so nobody can reach the holder: remove "
-            f"it (rmdir {settings.paths.socket}) and the holder publishes its socket again"
-        )
+        raise _blocked(settings, blocker)  # the holder cannot publish over it; not hung
     target = record_target(settings, read_record(settings.paths.state))
     why = "queue full" if queue_full else "no socket"
     settings.events.emit(Event.UNREACHABLE, socket=settings.paths.socket, reason=why)
@@ -284,6 +292,13 @@ async def _end_unreachable_holder(settings: Settings, waiter: Waiter, *, queue_f
     halted = is_halted(target.pid)
     await terminate(
         target, settings.timeouts, settings.events, why, unlimited(waiter), halted=halted
+    )
+
+
+def _blocked(settings: Settings, blocker: str) -> IncumbentUnreachableError:
+    return IncumbentUnreachableError(
+        f"{settings.paths.socket} is {blocker}, so nobody can reach the holder: remove "
+        f"it (rmdir {settings.paths.socket}) and the holder publishes its socket again"
     )
 
 

@@ -180,12 +180,15 @@ async def keep_watch(incumbent: Incumbent) -> None:
                 event, outcome = Event.LOST_RENDEZVOUS, Outcome.LOST_RENDEZVOUS
                 await step_down(incumbent, why, event=event, outcome=outcome)
                 return
-            if watch.fd >= 0 and not incumbent.handed_over:
-                with anyio.move_on_after(POLL_INTERVAL * 30):  # a missed event costs 30 s at most
+            if watch.fd >= 0:
+                # A missed event costs 30 s at most; with a handover out, look
+                # again soon anyway (a lost lock waits for the handover's end).
+                wait = 0.05 if incumbent.handed_over else POLL_INTERVAL * 30
+                with anyio.move_on_after(wait):
                     await anyio.wait_readable(watch.fd)
                 watch.drain()
             else:
-                await anyio.sleep(POLL_INTERVAL if watch.fd < 0 else 0.05)
+                await anyio.sleep(POLL_INTERVAL)
     finally:
         watch.close()
         if dir_fd >= 0:
