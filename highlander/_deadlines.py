@@ -150,12 +150,14 @@ def looks_busy(before: tuple[str, int] | None, after: tuple[str, int] | None) ->
 
     ``before`` and ``after`` are its (state letter, CPU ticks) when the wait
     began and when the deadline passed.  A machine under load can starve a
-    holder's serving thread past a deadline; such a holder is running or
-    gaining CPU time.  A stopped process, or one that sat asleep without
-    gaining a tick for the whole wait, is hung.
+    holder's serving thread past a deadline; such a holder is running, waiting
+    for the disk, or gaining CPU time.  A stopped process, or one that sat
+    asleep without gaining a tick for the whole wait, is hung.
     """
     if before is None or after is None:
         return False
     if after[0] in _HALTED or before[0] in _HALTED:
         return False
-    return after[0] == "R" or after[1] > before[1]
+    # R: running or waiting for a CPU; D: waiting for the disk (a storm of
+    # starts pages in the interpreter for every one of them): neither is a hang.
+    return after[0] in "RD" or after[1] > before[1]
