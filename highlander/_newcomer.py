@@ -49,6 +49,7 @@ from highlander._record import read_record
 from highlander._settings import Settings
 from highlander._termination import terminate, wait_for_exit
 from highlander._time_limit import OutOfTime, TimeLimit, check, out_of_time, unlimited
+from highlander._unreachable import blocked_error, end_unreachable_holder
 from highlander._values import Value
 from highlander._waiting import Waiter
 from highlander._watch import in_the_way
@@ -246,7 +247,7 @@ class _Progress:
             # holder is not to blame, so its time does not count against it.
             patience.reset()
             if self.blocked.exceeded(timeouts.hello):
-                raise _blocked(self.settings, blocker)
+                raise blocked_error(self.settings, blocker)
             return False
         self.blocked.reset()
         if not patience.exceeded(timeouts.hello):
@@ -256,8 +257,9 @@ class _Progress:
         if patience.busy() and not self.busy.exceeded(timeouts.ceiling):
             await self.waiter.sleep(min(0.1, timeouts.hello))  # it is working: look again soon
             return False
+        seen = patience.seen
         patience.reset()
-        await _end_unreachable_holder(self.settings, self.waiter, queue_full=queue_full)
+        await end_unreachable_holder(self.settings, self.waiter, queue_full=queue_full, seen=seen)
         return True
 
     def _pardon(self, silent: _Fresh | _Busy) -> _Hung | _Retry:
@@ -270,36 +272,6 @@ class _Progress:
             return _Hung(silent.target, Phase.HELLO.value)
         self.pardoned.add(silent.generation)
         return _RETRY
-
-
-async def _end_unreachable_holder(settings: Settings, waiter: Waiter, *, queue_full: bool) -> None:
-    """The lock is held but nobody listens (or accepts): end the verified holder, or explain."""
-    blocker = None if queue_full else in_the_way(settings.paths.socket)
-    if blocker is not None:
-        raise _blocked(settings, blocker)  # the holder cannot publish over it; not hung
-    target = record_target(settings, read_record(settings.paths.state))
-    why = "queue full" if queue_full else "no socket"
-    settings.events.emit(Event.UNREACHABLE, socket=settings.paths.socket, reason=why)
-    if target is None:
-        raise IncumbentUnreachableError(
-            f"a process holds the project's lock but nobody answers on {settings.paths.socket} "
-            "and its record is missing: find it with `fuser` on the .lock file and stop it"
-        )
-    if target.pid == os.getpid():
-        raise claimed_twice(settings)
-    check(waiter)
-    settings.events.emit(Event.HUNG, peer_pid=target.pid, phase="queue" if queue_full else "socket")
-    halted = is_halted(target.pid)
-    await terminate(
-        target, settings.timeouts, settings.events, why, unlimited(waiter), halted=halted
-    )
-
-
-def _blocked(settings: Settings, blocker: str) -> IncumbentUnreachableError:
-    return IncumbentUnreachableError(
-        f"{settings.paths.socket} is {blocker}, so nobody can reach the holder: remove "
-        f"it (rmdir {settings.paths.socket}) and the holder publishes its socket again"
-    )
 
 
 async def _attempt(
