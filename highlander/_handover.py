@@ -64,7 +64,8 @@ async def conclude(
             await send_frame(sock, conn.send(AckSuccession(), waiter.now()), waiter)
         except _BROKEN:
             answer = Answer.SEND_FAILED
-        verdict = await _verdict(settings, greeting, lock.fd, answer)
+        verdict, answer = await _verdict(settings, greeting, lock.fd, answer)
+        why = answer.value
         if verdict is Verdict.END_INCUMBENT:
             # The incumbent may run again before the signal (it was only paused):
             # then it is spared, and what it answers now decides.
@@ -72,12 +73,12 @@ async def conclude(
         if verdict is Verdict.COMMIT and not _still_ours(settings, lock.fd):
             # The incumbent moved its lock away (it kept the project), or the
             # lock file is no longer the one at the rendezvous: a stale copy.
-            verdict = Verdict.ABORT
+            verdict, why = Verdict.ABORT, "our copy of the lock is no longer the project's"
         if verdict is Verdict.ABORT:
             events.emit(
                 Event.HANDOVER_ABORTED,
                 peer_pid=peer.pid,
-                reason=answer.value,
+                reason=why,
                 duration_ms=_ms(started),
             )
             return None
@@ -99,12 +100,14 @@ async def conclude(
     )
 
 
-async def _verdict(settings: Settings, greeting: Greeting, lock_fd: int, answer: Answer) -> Verdict:
+async def _verdict(
+    settings: Settings, greeting: Greeting, lock_fd: int, answer: Answer
+) -> tuple[Verdict, Answer]:
     """Hear the incumbent's answer, then ask the kernel whether it let go of the lock."""
     answer = await _hear(greeting, answer)
     st = os.fstat(lock_fd)
     released = let_go(greeting.peer.pid, greeting.hello.start_time, (st.st_dev, st.st_ino))
-    return newcomer_decides(answer, released)
+    return newcomer_decides(answer, released), answer
 
 
 async def _end_incumbent(settings: Settings, greeting: Greeting, lock_fd: int) -> Verdict:
@@ -118,7 +121,7 @@ async def _end_incumbent(settings: Settings, greeting: Greeting, lock_fd: int) -
         return Verdict.COMMIT
     # Its deadline is behind us: give the resumed incumbent a fresh exit_grace.
     await waiter.readable(greeting.sock, settings.timeouts.exit_grace)
-    verdict = await _verdict(settings, greeting, lock_fd, Answer.SILENT)
+    verdict, _ = await _verdict(settings, greeting, lock_fd, Answer.SILENT)
     if verdict is Verdict.END_INCUMBENT:  # silent again though running: hung after all
         await terminate(target, settings.timeouts, events, "missed exit", waiter)
         return Verdict.COMMIT
