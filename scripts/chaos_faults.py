@@ -258,7 +258,7 @@ def free_disk(paths: Any, origin: int = -1) -> str:
 
 def _reserve(path: str, size: int) -> None:
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_WRONLY | _WARY)  # a FIFO planted there must not hang us
     except OSError:
         return
     try:

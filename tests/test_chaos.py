@@ -635,3 +635,15 @@ def test_generation_keeps_growing_after_the_record_is_damaged(kids: Children) ->
     state.unlink()
     fourth = kids.start()
     assert fourth.wait_for("ready")["generation"] == 4  # a deleted record too
+
+
+@pytest.mark.timeout(30)
+def test_reserving_room_in_a_planted_fifo_does_not_hang_the_harness(tmp_path: Path) -> None:
+    """Found running seeds 1-12 on the final harness: `fill_disk` reserved room in the
+    event log with a blocking open, and a `plant` had put a FIFO there: both runs hung."""
+    import chaos_faults
+
+    fifo = tmp_path / "events.jsonl"
+    os.mkfifo(fifo)
+    chaos_faults._reserve(str(fifo), 4096)  # returns at once: nothing to reserve in a FIFO
+    assert fifo.is_fifo()
