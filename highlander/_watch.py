@@ -30,6 +30,7 @@ import stat
 
 from highlander._errors import HighlanderError
 from highlander._events import Event, Outcome
+from highlander._files import current_file_id as file_id
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
@@ -70,15 +71,6 @@ class Change(enum.Enum):
     LOCK = "lock"
     #: The socket file is gone or replaced (the lock is still ours).
     SOCKET = "socket"
-
-
-def file_id(path: str) -> FileId | None:
-    """(device, inode) of ``path`` itself (not following a symlink); ``None`` if absent."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
 
 
 def fd_id(fd: int) -> FileId:
