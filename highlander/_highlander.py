@@ -284,8 +284,13 @@ class Highlander:
                 "this process never held the project: it runs as a duplicate "
                 f"({self.outcome.value if self.outcome else 'not acquired'})"
             )
-        if self._deposed.is_set() or self._released:
-            raise Deposed(f"generation {self.generation} ended: {ending(self._ended_as)}")
+        # The serving side sets its outcome before it lets go of the lock, and
+        # calls on_deposed after: between the two, the outcome says why.
+        stepped = self._incumbent.outcome if self._incumbent is not None else None
+        if self._deposed.is_set() or self._released or stepped is not None:
+            raise Deposed(
+                f"generation {self.generation} ended: {ending(self._ended_as or stepped)}"
+            )
         assert self.settings is not None
         why = unproven(reign, self.settings.paths, self.generation)
         if why is not None:
