@@ -28,7 +28,7 @@ import time
 from highlander._bounds import RateLimiter, Summary, bounded_fields
 from highlander._errors import HighlanderError
 from highlander._files import open_regular
-from highlander._log import log, warn_once
+from highlander._log import log_at, warn_once
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
@@ -119,15 +119,37 @@ class EventLog:
         characters; events of a :data:`RATE_LIMITED` kind beyond the rate of
         their cause are counted instead of written.
         """
+        record, written = self._note(event, fields)
+        if written:
+            self.show(event, record)
+        return record
+
+    def note(self, event: Event, /, **fields: Any) -> dict[str, Any]:
+        """Like :meth:`emit`, but into the event log file only: nothing on stderr.
+
+        For events too frequent for stderr (a save's every step): :meth:`show`
+        puts a chosen few there, stamped with their own time.
+        """
+        return self._note(event, fields)[0]
+
+    def show(self, event: Event, record: dict[str, Any]) -> None:
+        """Put ``record`` (from :meth:`note`) on stderr, stamped with its own time."""
+        if not self.quiet:
+            context = {k: v for k, v in record.items() if k not in ("ts", "event")}
+            level = "warning" if event in _WARNINGS else "info"
+            log_at(record["ts"], level, event.value, **context)
+
+    def _note(self, event: Event, fields: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """The record, bounded, and whether it was written (``False``: rate-limited)."""
         bounded = bounded_fields(fields)
         if event in RATE_LIMITED and not self._limiter.admit(event.value, bounded):
-            return self._record(event, bounded)
-        return self._write(event, self._record(event, bounded))
+            return self._record(event, bounded), False
+        return self._write(event, self._record(event, bounded)), True
 
     def _summarise(self, summary: Summary) -> None:
         """Write one event for the ``summary.suppressed`` events a window held back."""
         event = Event(summary.kind)
-        self._write(event, self._record(event, summary.fields()))
+        self.show(event, self._write(event, self._record(event, summary.fields())))
 
     def _record(self, event: Event, fields: dict[str, Any]) -> dict[str, Any]:
         record: dict[str, Any] = {
@@ -141,9 +163,7 @@ class EventLog:
         return record
 
     def _write(self, event: Event, record: dict[str, Any]) -> dict[str, Any]:
-        if not self.quiet:
-            context = {k: v for k, v in record.items() if k not in ("ts", "event")}
-            log("warning" if event in _WARNINGS else "info", event.value, **context)
+        """Append ``record`` to the event log file (the one funnel every written event takes)."""
         if self.path is not None:
             self._append(json.dumps(record, separators=(",", ":"), default=str) + "\n")
         return record

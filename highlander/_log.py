@@ -7,6 +7,11 @@ not land on a succession's critical path.  While a claim is in flight
 soon as it ends, and :func:`flush` (called before the process leaves) writes
 whatever is left.
 
+Each line carries the time it was logged, not the time it was rendered
+(which may be seconds later): lines of several processes merged by
+timestamp are then in the order things happened, and an event's line on
+stderr has the same time as its record in the event log.
+
 The application's own structlog configuration is left alone: this module
 wraps its own logger instead of calling ``structlog.configure``.
 
@@ -28,14 +33,16 @@ import os
 import queue
 import sys
 import threading
+import time
 
 from highlander._threads import release_holds, start_daemon, wait_for_quiet
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
+    from collections.abc import MutableMapping
     from typing import Any, TypeAlias
 
-    _Item: TypeAlias = tuple[str, str, dict[str, Any]] | threading.Event
+    _Item: TypeAlias = tuple[float, str, str, dict[str, Any]] | threading.Event
 
 _warned: set[str] = set()
 
@@ -89,9 +96,9 @@ class _Sink:
                     self.report_dropped(logger)
                 item.set()
                 continue
-            level, event, fields = item
+            when, level, event, fields = item
             try:
-                self.write(logger, level, event, fields)
+                self.write(logger, when, level, event, fields)
             except _Stalled:
                 with self.lock:
                     self.dropped += 1
@@ -101,12 +108,14 @@ class _Sink:
                 with self.lock:
                     self.pending -= 1
 
-    def write(self, logger: Any, level: str, event: str, fields: dict[str, Any]) -> None:
+    def write(
+        self, logger: Any, when: float, level: str, event: str, fields: dict[str, Any]
+    ) -> None:
         """Write one line, after the count of lines dropped before it, if any."""
         if self.stalled and not _takes_lines(sys.stderr, 0.0):
             raise _Stalled  # still stalled: not even worth rendering
         self.report_dropped(logger)
-        getattr(logger, level)(event, **fields)
+        getattr(logger, level)(event, timestamp=when, **fields)
 
     def report_dropped(self, logger: Any) -> None:
         """Write how many lines were dropped since the last one written, if any."""
@@ -116,7 +125,10 @@ class _Sink:
             return
         try:
             logger.warning(
-                "log_lines_dropped", dropped=dropped, reason="stderr was not taking lines"
+                "log_lines_dropped",
+                timestamp=time.time(),
+                dropped=dropped,
+                reason="stderr was not taking lines",
             )
         except BaseException:
             with self.lock:
@@ -181,15 +193,29 @@ class _StderrLines:
     info = warning = msg
 
 
+def _iso_timestamp(
+    _logger: Any, _method: str, event: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """Render the ``timestamp`` the line was logged at (seconds since the epoch) as ISO UTC."""
+    import datetime  # noqa: PLC0415 - on the log thread, off the claim path
+
+    when = datetime.datetime.fromtimestamp(event["timestamp"], tz=datetime.UTC)
+    event["timestamp"] = when.isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return event
+
+
 def get_logger() -> Any:
-    """Return a structlog logger that writes one key=value line per event to stderr."""
+    """Return a structlog logger that writes one key=value line per event to stderr.
+
+    Each call passes ``timestamp``: when the event happened, in seconds since the epoch.
+    """
     import structlog  # noqa: PLC0415 - lazy: imported on the log thread
 
     return structlog.wrap_logger(
         _StderrLines(),
         processors=[
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            _iso_timestamp,
             structlog.processors.KeyValueRenderer(key_order=["timestamp", "level", "event"]),
         ],
         context_class=dict,
@@ -197,8 +223,13 @@ def get_logger() -> Any:
 
 
 def log(level: str, event: str, **fields: Any) -> None:
-    """Queue one log line (``level`` is ``info`` or ``warning``) for stderr."""
-    _sink.put((level, event, fields))
+    """Queue one log line (``level`` is ``info`` or ``warning``) for stderr, stamped now."""
+    _sink.put((time.time(), level, event, fields))
+
+
+def log_at(when: float, level: str, event: str, **fields: Any) -> None:
+    """Queue one log line stamped ``when`` (seconds since the epoch: the event's own time)."""
+    _sink.put((when, level, event, fields))
 
 
 def warn_once(key: str, event: str, **fields: Any) -> bool:

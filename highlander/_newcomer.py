@@ -40,6 +40,7 @@ from highlander._errors import (
 from highlander._events import Event
 from highlander._handover import conclude
 from highlander._identity import Expected, holds_lock, is_halted, own_identity
+from highlander._live import LiveProgress
 from highlander._messages import Busy, Intent, ProgressReport, Refused, Save, Saved
 from highlander._modes import Mode
 from highlander._observe import record_target
@@ -351,10 +352,11 @@ async def _succeed(
     )
     await send_frame(sock, conn.send(save, waiter.now()), waiter)
     try:
-        event = await receive_event(sock, conn, waiter, fds)
-        while isinstance(event, ProgressReport):
-            events.emit(Event.PROGRESS, peer_pid=peer.pid, counter=event.counter, note=event.note)
+        with LiveProgress(events, peer.pid) as live:
             event = await receive_event(sock, conn, waiter, fds)
+            while isinstance(event, ProgressReport):
+                live.report(event)
+                event = await receive_event(sock, conn, waiter, fds)
     except Overdue as exc:
         target = _hello_target(greeting, settings.paths.lock)
         return _Hung(target, exc.deadline.phase.value, is_halted(peer.pid))

@@ -8,6 +8,8 @@ briefly, as ``Thread.start()`` itself does.  So:
 
 * :func:`hold` marks a claim in flight; background threads that can wait
   (the log, the probe) wait, bounded, until no claim is;
+* :func:`pause` lets them run inside a hold, while the claim itself waits on
+  another process for longer than their work takes (a holder's slow save);
 * a thread from :func:`start_daemon` first sleeps for zero seconds, which
   hands the GIL straight back to the thread that started it.
 """
@@ -28,7 +30,9 @@ class _Gate:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.holds = 0
-        #: Set while no claim is in flight.
+        #: Pauses of the holds in force (:func:`pause`).
+        self.paused = 0
+        #: Set while no claim is in flight, or one is paused.
         self.open = threading.Event()
         self.open.set()
 
@@ -50,7 +54,8 @@ def hold() -> Iterator[None]:
     gate = _gate
     with gate.lock:
         gate.holds += 1
-        gate.open.clear()
+        if not gate.paused:
+            gate.open.clear()
     try:
         yield
     finally:
@@ -58,6 +63,27 @@ def hold() -> Iterator[None]:
             gate.holds -= 1
             if gate.holds == 0:
                 gate.open.set()
+
+
+@contextlib.contextmanager
+def pause() -> Iterator[None]:
+    """Let background work run while the block runs, hold or not.
+
+    For a claim that waits on another process (a holder's save, seconds
+    long): the log lines it writes meanwhile should reach stderr as they
+    happen, and rendering them cannot slow a wait that is not ours.
+    """
+    gate = _gate
+    with gate.lock:
+        gate.paused += 1
+        gate.open.set()
+    try:
+        yield
+    finally:
+        with gate.lock:
+            gate.paused -= 1
+            if gate.holds and not gate.paused:
+                gate.open.clear()
 
 
 def release_holds() -> None:

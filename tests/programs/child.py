@@ -51,7 +51,8 @@ def save_witness(what: str) -> None:
 
 
 def save(progress: Progress) -> dict[str, Any]:
-    """Save behaviours: normal (steps), stall (stops advancing), forever (never ends)."""
+    """Save behaviours: normal (steps), stall (stops advancing), forever (never ends),
+    until (advances until the file named by ``until`` exists)."""
     save_witness("start")
     try:
         return _save(progress)
@@ -64,7 +65,7 @@ def _save(progress: Progress) -> dict[str, Any]:
     behaviour = cfg.get("save", "normal")
     report(event="saving")
     i = 0
-    while behaviour == "forever" or i < steps:
+    while behaviour == "forever" or i < steps or _gated(behaviour):
         time.sleep(float(cfg.get("step_delay", 0.01)))
         progress.advance(f"step {i}", done=min(i + 1, steps), total=steps)
         i += 1
@@ -75,6 +76,10 @@ def _save(progress: Progress) -> dict[str, Any]:
     if behaviour == "raise_group":
         raise ExceptionGroup("unhandled errors in a TaskGroup", [OSError(28, "No space left")])
     return {"counter": state["counter"], "blob": cfg.get("blob", ""), "from": os.getpid()}
+
+
+def _gated(behaviour: str) -> bool:
+    return behaviour == "until" and not os.path.exists(cfg["until"])
 
 
 async def async_save(progress: Progress) -> dict[str, Any]:
