@@ -1,8 +1,12 @@
-"""Operator requests to a holder: read-only STATUS, and STOP (save, hand nothing on, leave).
+"""Operator requests to a holder: STATUS, STOP, and the forced stop.
 
-Used by the ``highlander status`` and ``highlander stop`` commands.  Both
-talk the signed protocol like a newcomer, so they need the same token; both
-verify the holder's identity against the kernel before sending anything.
+STATUS only asks; STOP asks the holder to save, hand nothing on and leave;
+the forced stop (the verified kill, no save) is for a holder that cannot be
+asked.
+Used by the ``highlander status`` and ``highlander stop`` commands.  STATUS
+and STOP talk the signed protocol like a newcomer, so they need the same
+token; all three verify the holder's identity against the kernel before
+sending anything, or signalling it.
 """
 
 from __future__ import annotations
@@ -16,10 +20,18 @@ from typing import Any
 
 from highlander._client import Greeting, Mismatch, QueueFull, Silent, connect, greet
 from highlander._connection import Closed
-from highlander._errors import HighlanderError, IncumbentUnreachableError, SuccessionRefused
+from highlander._deadlines import Phase
+from highlander._errors import (
+    ForeignHolderError,
+    HighlanderError,
+    IncumbentUnreachableError,
+    Reason,
+    SuccessionRefused,
+)
 from highlander._files import open_regular
 from highlander._messages import (
     AckSuccession,
+    Busy,
     Intent,
     ProgressReport,
     Refused,
@@ -28,8 +40,10 @@ from highlander._messages import (
     Status,
     StatusReply,
 )
+from highlander._observe import record_target
 from highlander._record import HolderRecord, read_record
 from highlander._settings import Settings
+from highlander._termination import terminate
 from highlander._waiting import Waiter
 from highlander._wire import Overdue, receive_event, send_frame
 
@@ -104,59 +118,146 @@ async def query_status(settings: Settings, waiter: Waiter) -> HolderStatus:
     return status
 
 
+#: The way out of every stop that failed with the holder still holding the project.
+FORCE = "`highlander stop --force` ends it without saving (after verifying who it is)"
+
+
 async def request_stop(
     settings: Settings, on_progress: Callable[[ProgressReport], None], waiter: Waiter
 ) -> tuple[int, dict[str, Any] | None]:
     """Ask the holder to save and leave; return ``(its pid, its handoff)``.
 
-    Raises :class:`IncumbentUnreachableError` when there is no holder to ask.
+    Every failure says what to do next (usually :data:`FORCE`).  Raises
+    :class:`IncumbentUnreachableError` when the holder cannot be asked or
+    did not finish, :class:`SuccessionRefused` when it refused.
     """
+    socket_path = settings.paths.socket
     try:
-        sock = connect(settings.paths.socket)
+        sock = connect(socket_path)
     except QueueFull:
         raise IncumbentUnreachableError(
-            f"the holder on {settings.paths.socket} is not accepting connections (its queue "
-            "is full); retry, or see `highlander status`"
+            f"the holder on {socket_path} is not accepting connections (its queue is full): "
+            f"retry in a moment; if it stays full, {FORCE}"
         ) from None
     if sock is None:
-        raise IncumbentUnreachableError(f"no holder listens on {settings.paths.socket}")
+        raise IncumbentUnreachableError(
+            f"a process holds the project's lock but nobody listens on {socket_path}: {FORCE}"
+        )
     try:
         greeting = await greet(settings, sock, waiter)
         if not isinstance(greeting, Greeting):
-            raise IncumbentUnreachableError(
-                f"the holder on {settings.paths.socket} did not introduce itself: "
-                f"{getattr(greeting, 'problem', 'no HELLO in time')}"
-            )
-        conn, me = greeting.conn, os.getpid()
-        assert conn.peer_nonce is not None
-        start = _own_start_time()
-        save = Save(me, start, conn.local_nonce.hex(), conn.peer_nonce.hex(), Intent.STOP)
+            raise IncumbentUnreachableError(_not_greeted(settings, greeting))
+        return await _ask_to_stop(settings, greeting, on_progress)
+    except OSError as exc:  # it went away mid-conversation, or stopped reading
+        raise IncumbentUnreachableError(
+            f"the conversation with the holder broke off ({exc}): retry; "
+            "`highlander status` says whether it still holds the project"
+        ) from None
+    finally:
+        sock.close()
+
+
+async def _ask_to_stop(
+    settings: Settings, greeting: Greeting, on_progress: Callable[[ProgressReport], None]
+) -> tuple[int, dict[str, Any] | None]:
+    """SAVE (intent STOP), PROGRESS*, SAVED, ACK_SUCCESSION with the greeted holder."""
+    sock, conn, waiter, pid = greeting.sock, greeting.conn, greeting.waiter, greeting.hello.pid
+    assert conn.peer_nonce is not None
+    save = Save(
+        os.getpid(), _own_start_time(), conn.local_nonce.hex(), conn.peer_nonce.hex(), Intent.STOP
+    )
+    try:
         await send_frame(sock, conn.send(save, waiter.now()), waiter)
         event = await receive_event(sock, conn, waiter)
         while isinstance(event, ProgressReport):
             on_progress(event)
             event = await receive_event(sock, conn, waiter)
-        if isinstance(event, Refused):
-            raise SuccessionRefused(f"the holder refused: {event.detail}", reason=event.reason)
-        if not isinstance(event, Saved):
-            raise IncumbentUnreachableError(f"the holder went away before saving ({event})")
-        await send_frame(sock, conn.send(AckSuccession(), waiter.now()), waiter)
-        try:  # the holder leaving; it has saved already, so a slow exit changes nothing
-            while not isinstance(await receive_event(sock, conn, waiter), Closed):
-                pass
-        except (Overdue, OSError):
-            pass
-        return greeting.hello.pid, event.handoff
     except Overdue as exc:
+        phase, timeouts = exc.deadline.phase, settings.timeouts
+        what = {
+            Phase.STALL: f"its save made no progress for {timeouts.stall:g} s",
+            Phase.CEILING: f"its save did not end within {timeouts.ceiling:g} s",
+        }.get(phase, "it stopped answering")
         raise IncumbentUnreachableError(
-            f"the holder missed its {exc.deadline.phase.value} deadline"
+            f"the holder (pid {pid}) missed its {phase.value} deadline: {what}, and it "
+            f"still holds the project (a hung on_save?): {FORCE}"
         ) from None
-    except OSError as exc:  # it went away mid-conversation, or stopped reading
+    if isinstance(event, Refused):
+        advice = "fix its save hook (its stderr has the traceback), or " + FORCE
+        raise SuccessionRefused(
+            f"the holder (pid {pid}) refused and keeps the project: {event.detail}; "
+            + (advice if event.reason is Reason.INTERNAL else "retry"),
+            reason=event.reason,
+        )
+    if isinstance(event, Busy):
         raise IncumbentUnreachableError(
-            f"the conversation with the holder broke off ({exc}); see `highlander status`"
+            f"the holder (pid {pid}) is handing the project over to pid {event.pid}: "
+            "retry once that is done (`highlander status` names the new holder)"
+        )
+    if not isinstance(event, Saved):
+        raise IncumbentUnreachableError(
+            f"the holder (pid {pid}) closed the connection before saving: it may have "
+            "been leaving; `highlander status` says whether it still holds the project"
+        )
+    await send_frame(sock, conn.send(AckSuccession(), waiter.now()), waiter)
+    try:  # the holder leaving; it has saved already, so a slow exit changes nothing
+        while not isinstance(await receive_event(sock, conn, waiter), Closed):
+            pass
+    except (Overdue, OSError):
+        pass
+    return pid, event.handoff
+
+
+def _not_greeted(settings: Settings, greeting: Silent | Mismatch) -> str:
+    """Why the holder could not be asked to stop, and what to do about it."""
+    pid = greeting.pid
+    if isinstance(greeting, Mismatch):
+        return (
+            f"the process on {settings.paths.socket} is not the verified holder "
+            f"({greeting.problem}): retry; if it persists, see `highlander status`"
+        )
+    if greeting.closed:
+        return f"the holder (pid {pid}) hung up without a word: it may be leaving; retry"
+    if greeting.halted:
+        return (
+            f"the holder (pid {pid}) is stopped (SIGSTOP, or a debugger holds it): "
+            f"`kill -CONT {pid}` resumes it, or {FORCE}"
+        )
+    return (
+        f"the holder (pid {pid}) did not introduce itself within "
+        f"{settings.timeouts.hello:g} s (hung, or a very busy machine): retry, or {FORCE}"
+    )
+
+
+async def force_stop(settings: Settings, waiter: Waiter) -> int:
+    """End the holder without a save: the verified kill (SIGTERM, then SIGKILL); its pid.
+
+    The process signalled is the one the holder's record names, and only if
+    the kernel confirms it (pid, start time, executable, uid, boot, and that
+    it holds the project's lock: :func:`highlander._termination.terminate`);
+    anything else raises :class:`ForeignHolderError` and nothing is signalled.
+    """
+    lock = settings.paths.lock
+    target = record_target(settings, read_record(settings.paths.state))
+    if target is None:
+        raise IncumbentUnreachableError(
+            f"a process holds {lock} but the holder's record is missing or unreadable, "
+            "so nobody can verify who it is: Highlander signals nothing; find it with "
+            f"`fuser -v {lock}` and stop it yourself"
+        )
+    try:
+        await terminate(target, settings.timeouts, settings.events, "stop --force", waiter)
+    except ForeignHolderError as exc:
+        raise ForeignHolderError(
+            f"{exc}: the holder's record does not name the process holding {lock} "
+            f"(find that with `fuser -v {lock}`)"
         ) from None
-    finally:
-        sock.close()
+    if lock_is_held(lock):
+        raise IncumbentUnreachableError(
+            f"pid {target.pid} is gone, but another process holds {lock} (a successor "
+            "just claimed, or a child that inherited the lock): see `highlander status`"
+        )
+    return target.pid
 
 
 def _own_start_time() -> int:

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from highlander._errors import HighlanderError
+from highlander._errors import ConfigurationError, HighlanderError, SocketPathTooLongError
 from highlander._files import problem, unsafe
 from highlander._modes import MODE_VAR, resolve_mode
 from highlander._rendezvous import (
@@ -18,6 +18,7 @@ from highlander._rendezvous import (
     default_runtime_dir,
     project_paths,
     project_root,
+    project_source,
     read_names_key,
     settled_fallback,
     sun_path_limit,
@@ -45,18 +46,10 @@ def diagnose(
     directory = choose_runtime_dir(runtime_dir, env=env)
     findings.append(_runtime_dir(directory, env))
     findings.extend(_runtime_files(directory))
-    try:
-        root = project_root(project, env=env)
-        # The socket's name comes from the directory's key, made at the first start (not
-        # here: doctor creates nothing); before that, a stand-in of the same length.
-        secret = (read_names_key(directory) if _private(directory) else None) or bytes(32)
-        paths = project_paths(directory, app, root, secret=secret)
-        size = len(os.fsencode(paths.socket))
-        findings.append(
-            Finding(OK, "socket path", f"{paths.socket} ({size} of {sun_path_limit()} bytes)")
-        )
-    except HighlanderError as exc:
-        findings.append(Finding(FAIL, "socket path", str(exc), f"set {RUNTIME_VAR}"))
+    root, found = _project(project, env)
+    findings.append(found)
+    if root is not None:
+        findings.append(_socket_path(directory, app, root))
     findings.append(_proc())
     findings.append(_pidfd())
     findings.append(_token(env, directory))
@@ -67,6 +60,40 @@ def diagnose(
     except HighlanderError as exc:
         findings.append(Finding(FAIL, "mode", str(exc), f"fix {MODE_VAR}"))
     return findings
+
+
+#: How to fix a project root that is not a directory, by where it came from.
+_PROJECT_FIXES = {
+    "project=": "pass the project's top-level directory: --project DIR (project= in code)",
+    "the working directory": "cd into the project's top-level directory, or pass --project DIR",
+}
+
+
+def _project(project: str | None, env: Mapping[str, str]) -> tuple[str | None, Finding]:
+    """The project root, and the finding about it (``None``: no usable project)."""
+    given, source = project_source(project, env=env)
+    try:
+        root = project_root(project, env=env)
+    except ConfigurationError:
+        fix = _PROJECT_FIXES.get(
+            source, f"set {source} to the project's top-level directory, or unset it"
+        )
+        return None, Finding(FAIL, "project", f"{given} (from {source}) is not a directory", fix)
+    return root, Finding(OK, "project", f"{root} (from {source})")
+
+
+def _socket_path(directory: str, app: str, root: str) -> Finding:
+    try:
+        # The socket's name comes from the directory's key, made at the first start (not
+        # here: doctor creates nothing); before that, a stand-in of the same length.
+        secret = (read_names_key(directory) if _private(directory) else None) or bytes(32)
+        paths = project_paths(directory, app, root, secret=secret)
+    except SocketPathTooLongError as exc:
+        return Finding(FAIL, "socket path", str(exc), f"set {RUNTIME_VAR} to a shorter path")
+    except HighlanderError as exc:  # an unusable names key: its message is the fix
+        return Finding(FAIL, "socket path", f"cannot be named ({type(exc).__name__})", str(exc))
+    size = len(os.fsencode(paths.socket))
+    return Finding(OK, "socket path", f"{paths.socket} ({size} of {sun_path_limit()} bytes)")
 
 
 def _runtime_dir(path: str, env: Mapping[str, str]) -> Finding:

@@ -77,13 +77,34 @@ def project_root(
     A root that is not an existing directory is a :class:`ConfigurationError`
     naming where it came from: a typo must not silently become another project.
     """
+    return _existing_dir(*project_source(explicit, env=env, cwd=cwd))
+
+
+def project_source(
+    explicit: str | os.PathLike[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+) -> tuple[str, str]:
+    """Where the project root comes from: ``(path as given, source)``, nothing checked.
+
+    ``source`` is ``"project="``, the environment variable's name, or
+    ``"the working directory"``.
+    """
     env = os.environ if env is None else env
     candidates: list[tuple[str, str | os.PathLike[str] | None]] = [("project=", explicit)]
     candidates += [(name, env.get(name) or None) for name in PROJECT_VARS]
     for source, value in candidates:
         if value is not None and os.fspath(value) != "":
-            return _existing_dir(os.fspath(value), source)
-    return _existing_dir(cwd if cwd is not None else os.getcwd(), "the working directory")
+            return os.fspath(value), source
+    return (cwd if cwd is not None else _working_directory()), "the working directory"
+
+
+def _working_directory() -> str:
+    try:
+        return os.getcwd()
+    except FileNotFoundError:  # deleted under us: still the project asked for
+        return os.environ.get("PWD", ".")
 
 
 def _existing_dir(path: str, source: str) -> str:

@@ -1,14 +1,18 @@
-"""The ``highlander`` command line (the one module that writes to stdout).
+"""The ``highlander`` command line (it and the ``_cli_*`` modules alone write to stdout).
 
 Exit statuses (docs/guide.md has the table per command): 0 success (for
-``status``: a holder answers); 1 failure (the message says why); 2 usage
-error; 3 no holder (``status``, ``stop``); 4 a holder holds the project but
-did not answer a signed STATUS (``status``); ``run`` returns the command's.
+``status``: a holder answers); 1 failure (the message says why and what to
+do); 2 usage error; 3 no holder (``status``, ``stop``); 4 a holder holds
+the project but did not answer a signed STATUS (``status``); ``run``
+returns the command's.
 
 With ``--json`` every call prints exactly one JSON document on stdout,
 errors included (``{"error": ..., "exit": N}``); only ``events --follow``
 streams, one JSON object per line.  ``status``, ``events`` and ``doctor``
 only look: they create nothing and log nothing (:mod:`highlander._inspect`).
+Every option a subcommand accepts changes what it does; an option that
+would mean nothing there (``token --project``, ``run --json``) is a usage
+error that says why.
 """
 
 from __future__ import annotations
@@ -25,8 +29,17 @@ from dataclasses import asdict
 from typing import Any, NoReturn
 
 from highlander import __version__
+from highlander._cli_common import FAILURE, OK, USAGE, event_line, fail, look_at, print_json
+from highlander._cli_status import status
+from highlander._cli_stop import stop
 
-OK, FAILURE, USAGE, NO_HOLDER, NOT_ANSWERING = 0, 1, 2, 3, 4
+PROJECT_HELP = (
+    "the project's top-level directory (default: $HIGHLANDER_PROJECT, else "
+    "$CLAUDE_PROJECT_DIR, else the working directory)"
+)
+RUNTIME_HELP = "where holders meet (default: $HIGHLANDER_RUNTIME_DIR, else /tmp/highlander-<uid>)"
+JSON_HELP = "print one JSON document on stdout (errors too)"
+LOOKUP_APP_HELP = "the app (default: the only app with state for the project)"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -38,8 +51,26 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """Report a usage error (also as JSON with ``--json``) and exit with status 2."""
         if _Parser.json_wanted:
-            _print({"error": message, "exit": USAGE, "usage": self.format_usage().strip()})
+            print_json({"error": message, "exit": USAGE, "usage": self.format_usage().strip()})
         super().error(message)
+
+
+class _Rejected(argparse.Action):
+    """An option this subcommand does not take: a usage error saying why and what to do."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, why: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kwargs)
+        self.why = why
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        """Refuse the option (exit status 2)."""
+        parser.error(f"{option_string}: {self.why}")
 
 
 def _count(text: str) -> int:
@@ -55,13 +86,17 @@ def _count(text: str) -> int:
     return value
 
 
+def _where(parser: argparse.ArgumentParser, app_help: str, *, json_option: bool = True) -> None:
+    """The options that say which holder a subcommand is about (and ``--json``)."""
+    parser.add_argument("--project", help=PROJECT_HELP)
+    parser.add_argument("--app", help=app_help)
+    parser.add_argument("--runtime-dir", help=RUNTIME_HELP)
+    if json_option:
+        parser.add_argument("--json", action="store_true", help=JSON_HELP)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``highlander`` command."""
-    shared = _Parser(add_help=False)
-    shared.add_argument("--project", help="project root (default: HIGHLANDER_PROJECT, cwd)")
-    shared.add_argument("--app", help="app name (default: the only app found for the project)")
-    shared.add_argument("--runtime-dir", help="runtime directory (default: as the library)")
-    shared.add_argument("--json", action="store_true", help="print data as JSON")
     parser = _Parser(
         prog="highlander",
         description="There can be only one: inspect and control Highlander holders.",
@@ -70,18 +105,93 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"highlander {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sub.add_parser("status", parents=[shared], help="who holds the project")
-    sub.add_parser("stop", parents=[shared], help="ask the holder to save and leave")
-    events = sub.add_parser("events", parents=[shared], help="the project's event log")
+
+    def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=summary, description=description)
+
+    _where(
+        command(
+            "status",
+            "who holds the project",
+            "Show who holds the project (pid, uptime, generation, mode) and whether it "
+            "answers a signed STATUS. Creates and logs nothing. Exit 0: a holder answers; "
+            "3: nobody holds the project; 4: a holder that does not answer.",
+        ),
+        LOOKUP_APP_HELP,
+    )
+    stopping = command(
+        "stop",
+        "ask the holder to save and leave",
+        "Ask the holder to save and leave; its handoff is printed. When it cannot be asked "
+        "(a hung on_save, a stopped process, no socket), --force ends it without a save. "
+        "Exit 0: stopped; 1: failed (the message says what to do); 3: no holder.",
+    )
+    _where(stopping, LOOKUP_APP_HELP)
+    stopping.add_argument(
+        "--force",
+        action="store_true",
+        help="end the holder without a save: SIGTERM, then SIGKILL, and only once the "
+        "kernel confirms it is the process its record names (pid, start time, "
+        "executable, uid, holding the lock)",
+    )
+    events = command(
+        "events",
+        "the project's event log",
+        "Print the project's event log, oldest first: every decision its holders and "
+        "newcomers took (claims, successions, refusals, kills). Creates and logs nothing.",
+    )
+    _where(events, LOOKUP_APP_HELP)
     events.add_argument(
         "-n", type=_count, default=20, help="how many recent events (default 20; 0: all of them)"
     )
     events.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
-    sub.add_parser("doctor", parents=[shared], help="check this machine and configuration")
-    sub.add_parser("token", parents=[shared], help="print a new token and IDE config snippets")
-    run = sub.add_parser("run", parents=[shared], help="make any command a singleton")
+    _where(
+        command(
+            "doctor",
+            "check this machine and configuration",
+            "Check this machine and configuration (runtime directory and its files, project, "
+            "socket path, /proc, pidfd, token, mode); every problem comes with its fix. "
+            "Creates and logs nothing. Exit 1 if a check failed.",
+        ),
+        "the app whose socket path to check (default: app)",
+    )
+    token = command(
+        "token",
+        "print a new token and IDE config snippets",
+        "Print a new random HIGHLANDER_TOKEN and MCP config snippets for Claude Desktop, "
+        "Claude Code, VS Code and Cursor. A token is not tied to a project: give the same "
+        "one to every client that starts the server.",
+    )
+    token.add_argument("--app", help="the server's name in the snippets (default: my-server)")
+    token.add_argument("--json", action="store_true", help=JSON_HELP)
+    unbound = "a token is not tied to a project or a runtime directory: drop it"
+    for option in ("--project", "--runtime-dir"):
+        token.add_argument(option, action=_Rejected, why=unbound, nargs="?")
+    run = command(
+        "run",
+        "make any command a singleton",
+        "Run CMD as the project's one instance: a newcomer asks the running CMD to wind "
+        "down (--on-save-signal) and takes over once it exited. CMD's stdin, stdout and "
+        "stderr pass untouched; the exit status is CMD's (128+N if signal N ended it).",
+    )
+    _where(
+        run,
+        "the app (default: named after the package or script CMD runs, so "
+        "`npx -y @scope/server-files` is server-files and `python3 srv.py` is srv, "
+        "with a short hash added when that name is ambiguous)",
+        json_option=False,
+    )
     run.add_argument(
-        "--on-save-signal", default="SIGTERM", help="signal asking the command to wind down"
+        "--json",
+        action=_Rejected,
+        nargs=0,
+        why="stdout is CMD's own (an MCP server's JSON-RPC stream) and run prints nothing "
+        "on it: drop --json (`highlander status --json` reports on the holder)",
+    )
+    run.add_argument(
+        "--on-save-signal",
+        default="SIGTERM",
+        help="the signal that asks CMD to wind down when a newcomer takes over (default: SIGTERM)",
     )
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     return parser
@@ -93,8 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _Parser.json_wanted = "--json" in (words[: words.index("--")] if "--" in words else words)
     args = build_parser().parse_args(words)
     handler = {
-        "status": _status,
-        "stop": _stop,
+        "status": status,
+        "stop": stop,
         "events": _events,
         "doctor": _doctor,
         "token": _token,
@@ -105,184 +215,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(handler(args))
     except HighlanderError as exc:
-        return _fail(args, str(exc))
+        return fail(args, str(exc))
     except KeyboardInterrupt:
         return 130
-
-
-def _fail(args: argparse.Namespace, message: str, status: int = FAILURE, **data: Any) -> int:
-    """Say what went wrong: one line on stderr, and with ``--json`` one document on stdout."""
-    sys.stderr.write(f"highlander: {message}\n")
-    if getattr(args, "json", False):
-        _print({"error": message, "exit": status, **data})
-    return status
-
-
-def _app(args: argparse.Namespace) -> str:
-    """The app named, or the only one that has files for this project (else NoApp/error)."""
-    if args.app:
-        return str(args.app)
-    from highlander._inspect import only_app  # noqa: PLC0415
-
-    return only_app(args.project, args.runtime_dir, os.environ)
-
-
-def _settings(args: argparse.Namespace) -> Any:
-    """Settings to look at (or stop) the holder: creates nothing, logs nothing."""
-    from highlander._inspect import look  # noqa: PLC0415
-
-    return look(app=_app(args), project=args.project, runtime_dir=args.runtime_dir)
-
-
-def _print(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
-
-
-def _status(args: argparse.Namespace) -> int:
-    from highlander._control import query_status, uptime  # noqa: PLC0415
-    from highlander._events import read_events  # noqa: PLC0415
-    from highlander._inspect import NoApp  # noqa: PLC0415
-    from highlander._waiting import BLOCKING, run_blocking  # noqa: PLC0415
-
-    try:
-        settings = _settings(args)
-    except NoApp as exc:  # nothing ever ran for this project here: no holder
-        return _no_holder(args, None, str(exc))
-    found = run_blocking(query_status(settings, BLOCKING))
-    if not found.held:
-        return _no_holder(args, settings, None)
-    record, reply = found.record, found.reply
-    data: dict[str, Any] = {
-        "held": found.held,
-        "app": settings.app,
-        "project": settings.root,
-        "socket": found.socket,
-        "answers": reply is not None,
-        "problem": found.problem,
-    }
-    if record is not None:
-        data.update(
-            pid=record.pid,
-            exe=record.exe,
-            uptime_s=round(uptime(record) or 0.0, 1),
-            generation=reply.generation if reply else record.generation,
-            mode=reply.mode if reply else record.mode,
-            busy=reply.busy if reply else None,
-        )
-    data["last_events"] = read_events(settings.paths.events, 5)
-    if args.json:
-        _print(data)
-    else:
-        _print_status(data)
-    return OK if reply is not None else NOT_ANSWERING
-
-
-def _no_holder(args: argparse.Namespace, settings: Any, problem: str | None) -> int:
-    """``status`` with nobody holding the project (exit 3)."""
-    from highlander._events import read_events  # noqa: PLC0415
-
-    app = settings.app if settings is not None else None
-    if args.json:
-        _print(
-            {
-                "held": False,
-                "app": app,
-                "project": settings.root if settings is not None else _root(args),
-                "socket": None,
-                "answers": False,
-                "problem": problem,
-                "last_events": read_events(settings.paths.events, 5) if settings else [],
-            }
-        )
-    else:
-        where = settings.root if settings is not None else _root(args)
-        sys.stdout.write(f"no holder for {app or 'any app'} in {where}\n")
-    return NO_HOLDER
-
-
-def _root(args: argparse.Namespace) -> str:
-    from highlander._rendezvous import project_root  # noqa: PLC0415
-
-    return project_root(args.project)
-
-
-def _print_status(data: dict[str, Any]) -> None:
-    rows = [
-        ("holder", f"pid {data.get('pid', '?')} ({data.get('exe', '?')})"),
-        ("app", data["app"]),
-        ("project", data["project"]),
-        ("uptime", _duration(data.get("uptime_s"))),
-        ("generation", data.get("generation", "?")),
-        ("mode", data.get("mode", "?")),
-        ("socket", data["socket"]),
-        ("answers", "yes (signed STATUS)" if data["answers"] else f"no: {data['problem']}"),
-    ]
-    out = [f"{name:<11} {value}" for name, value in rows]
-    out.append("last events")
-    out += [f"  {_event_line(event)}" for event in data["last_events"]]
-    sys.stdout.write("\n".join(out) + "\n")
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
-
-
-def _event_line(event: dict[str, Any]) -> str:
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(event.get("ts", 0))))
-    skip = {"ts", "event", "app", "mode"}
-    rest = " ".join(f"{k}={v}" for k, v in event.items() if k not in skip and v is not None)
-    return f"{when} {event.get('event', '?'):<15} {rest}"
-
-
-def _stop(args: argparse.Namespace) -> int:
-    from highlander._control import lock_is_held, request_stop  # noqa: PLC0415
-    from highlander._inspect import NoApp  # noqa: PLC0415
-    from highlander._messages import ProgressReport  # noqa: PLC0415
-    from highlander._waiting import BLOCKING, run_blocking  # noqa: PLC0415
-
-    try:
-        settings = _settings(args)
-    except NoApp as exc:
-        return _fail(args, f"no holder: {exc}", NO_HOLDER, held=False)
-    if not lock_is_held(settings.paths.lock):
-        message = f"no holder for {settings.app} in {settings.root}"
-        return _fail(args, message, NO_HOLDER, held=False)
-
-    def show(step: ProgressReport) -> None:
-        count = f" {step.done}/{step.total}" if step.total is not None else ""
-        sys.stderr.write(f"saving #{step.counter}{count} {step.note}\n")
-        sys.stderr.flush()
-
-    pid, handoff = run_blocking(request_stop(settings, show, BLOCKING))
-    if args.json:
-        _print({"stopped": pid, "handoff": handoff})
-    else:
-        sys.stdout.write(f"stopped pid {pid}; handoff: {json.dumps(handoff)}\n")
-    return OK
 
 
 def _events(args: argparse.Namespace) -> int:
     from highlander._events import read_new_events, snapshot_events  # noqa: PLC0415
 
-    settings = _settings(args)
+    settings = look_at(args)
     path = settings.paths.events
     history, offset = snapshot_events(path)
     shown = history[-args.n :] if args.n else history
     if args.json and not args.follow:
-        _print(shown)  # one document: the list
+        print_json(shown)  # one document: the list
         return OK
     for event in shown:
-        sys.stdout.write((json.dumps(event) if args.json else _event_line(event)) + "\n")
+        sys.stdout.write((json.dumps(event) if args.json else event_line(event)) + "\n")
     sys.stdout.flush()
     while args.follow:  # until interrupted, like tail -f; with --json, one object per line
         time.sleep(0.25)
         new, offset = read_new_events(path, offset)
         for event in new:
-            sys.stdout.write((json.dumps(event) if args.json else _event_line(event)) + "\n")
+            sys.stdout.write((json.dumps(event) if args.json else event_line(event)) + "\n")
         sys.stdout.flush()
     return OK
 
@@ -300,7 +255,7 @@ def _doctor(args: argparse.Namespace) -> int:
         ),
     ]
     if args.json:
-        _print([asdict(finding) for finding in findings])
+        print_json([asdict(finding) for finding in findings])
     else:
         for finding in findings:
             line = f"{finding.verdict:<4} {finding.check:<12} {finding.detail}"
@@ -316,12 +271,12 @@ def _token(args: argparse.Namespace) -> int:
     token = secrets.token_urlsafe(32)
     found = snippets(token, args.app or "my-server")
     if args.json:
-        _print({"token": token, "snippets": found})
-        return 0
+        print_json({"token": token, "snippets": found})
+        return OK
     sys.stdout.write(f"{token}\n\n")
     for client, text in found.items():
         sys.stdout.write(f"# {client}\n{text}\n\n")
-    return 0
+    return OK
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -331,12 +286,12 @@ def _run(args: argparse.Namespace) -> int:
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
-        return _fail(args, "run needs a command: highlander run -- CMD ARGS...", USAGE)
+        return fail(args, "run needs a command: highlander run -- CMD ARGS...", USAGE)
     name = args.on_save_signal.upper()
     try:
         signum = signal.Signals[name if name.startswith("SIG") else f"SIG{name}"]
     except KeyError:
-        return _fail(args, f"unknown signal {args.on_save_signal!r}", USAGE)
+        return fail(args, f"unknown signal {args.on_save_signal!r}: name one, like SIGTERM", USAGE)
     return run(
         cmd,
         save_signal=signum,
