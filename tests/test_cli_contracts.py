@@ -145,8 +145,39 @@ def test_events_json_is_one_document(kids: Children) -> None:
 
 
 def test_doctor_and_token_json_are_one_document(kids: Children) -> None:
-    assert isinstance(one_document(cli(kids, "doctor", "--json")), list)
-    assert "token" in one_document(cli(kids, "token", "--json"))
+    doctor, token = cli(kids, "doctor", "--json"), cli(kids, "token", "--json")
+    assert (doctor.returncode, token.returncode) == (0, 0)
+    assert isinstance(one_document(doctor), list)
+    assert "token" in one_document(token)
+
+
+# -- rows added with stop --force and run's refused --json ----------------------------------
+# (stop 1 and stop --force 0/1: tests/test_cli_stop.py; doctor 1: tests/test_cli_options.py)
+
+
+def test_stop_json_when_it_worked_names_the_pid_and_the_handoff(kids: Children) -> None:
+    holder = kids.start(steps=1)
+    holder.wait_for("ready")
+    done = cli(kids, "stop", "--json", "--app", "child")
+    assert done.returncode == 0, done.stderr
+    data = one_document(done)
+    assert data == {"stopped": holder.pid, "handoff": data["handoff"], "forced": False}
+    assert data["handoff"]["from"] == holder.pid
+    assert holder.finish()[0] == 0
+
+
+def test_run_exits_1_when_it_cannot_claim_and_2_for_usage(kids: Children, tmp_path: Path) -> None:
+    unsafe = tmp_path / "open-rt"
+    unsafe.mkdir()
+    unsafe.chmod(0o755)
+    refused = cli(kids, "run", "--runtime-dir", str(unsafe), "--", "true")
+    assert refused.returncode == 1 and f"chmod 700 {unsafe}" in refused.stderr, refused
+    assert refused.stdout == "", "run prints nothing of its own on stdout"
+    bare = cli(kids, "run")
+    assert bare.returncode == 2 and "run needs a command" in bare.stderr
+    asked_json = cli(kids, "run", "--json", "--", "true")
+    assert asked_json.returncode == 2
+    assert one_document(asked_json)["exit"] == 2
 
 
 # -- read-only commands create nothing and log nothing --------------------------------------
