@@ -230,9 +230,9 @@ def events_follow(kids: Children, _tmp: Path, _command: str) -> None:
 
 
 WINDS_DOWN_ON_USR1 = """
-import signal, sys
+import os, signal, sys
 signal.signal(signal.SIGUSR1, lambda *_: sys.exit(42))
-print("ready", flush=True)
+os.write(1, b"ready\\n")
 signal.pause()
 """
 
