@@ -43,7 +43,7 @@ from highlander._serving_guard import ServingFailed, ServingGuard, describe, ste
 from highlander._settings import Settings
 from highlander._state import Role
 from highlander._waiting import ANYIO
-from highlander._watch import keep_watch, take_back, watch_parent
+from highlander._watch import keep_watch, lost_before_saved, take_back, watch_parent
 from highlander._wire import Overdue, receive_event, send_frame
 
 #: Connections served at once; more are closed on accept (each is bounded by deadlines).
@@ -300,6 +300,8 @@ class Incumbent:
             detail = describe_failure(exc)
             await self._refuse(sock, conn, Reason.INTERNAL, detail)
             events.emit(Event.REFUSED, peer_pid=peer.pid, reason=Reason.INTERNAL, detail=detail)
+            return
+        if await lost_before_saved(self):
             return
         succeed = save.intent is Intent.SUCCEED
         fds = [self.reign.lock.fd, self.reign.listener.sock.fileno()] if succeed else []
