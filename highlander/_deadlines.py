@@ -161,3 +161,22 @@ def looks_busy(before: tuple[str, int] | None, after: tuple[str, int] | None) ->
     # R: running or waiting for a CPU; D: waiting for the disk (a storm of
     # starts pages in the interpreter for every one of them): neither is a hang.
     return after[0] in "RD" or after[1] > before[1]
+
+
+#: However starved a busy holder was, it is spared at most this many times
+#: ``ceiling`` of wall time: a machine that never recovers cannot shelter a
+#: holder that spins without answering for ever.
+STARVED_CAP = 4
+
+
+def spared_busy(elapsed: float, cpu: float, ceiling: float) -> bool:
+    """Whether a busy holder that keeps missing its deadlines is still spared.
+
+    ``elapsed``: wall seconds since it first missed one under this record;
+    ``cpu``: CPU seconds it used meanwhile.  A holder that spins without
+    answering uses the CPU and is ended once it has used ``ceiling``; one
+    that a loaded machine keeps off the CPU (a storm on two cores can starve
+    a healthy serving thread for seconds) uses almost none and is spared,
+    though never past :data:`STARVED_CAP` times ``ceiling`` of wall time.
+    """
+    return cpu <= ceiling and elapsed <= STARVED_CAP * ceiling

@@ -114,9 +114,10 @@ class _Fresh(Value):
 class _Busy(Value):
     """The holder missed HELLO but the kernel says it was working (a loaded machine).
 
-    It is spared for up to ``ceiling`` seconds under one record (the longest
-    anything may take): long enough for a storm's load to pass, bounded so
-    that a holder spinning without ever answering is still ended.  A holder
+    It is spared until it has used ``ceiling`` seconds of CPU under one
+    record (the longest anything may take) without answering, and at most 4
+    x ``ceiling`` of wall time: long enough for a storm's load to pass, while
+    a holder spinning without answering is still ended.  A holder
     that is stopped, or asleep without gaining CPU time, gets no such grace.
     """
 
@@ -237,7 +238,7 @@ class _Progress:
         taking the lock and renaming its socket into place, or a storm's queue
         draining; back off, try again.  Past it, a holder the kernel shows
         working (a loaded machine, a serving side still starting) gets up to
-        ``ceiling`` more; then it is ended.
+        ``ceiling`` of CPU time more (see _Busy); then it is ended.
         """
         timeouts = self.settings.timeouts
         patience = self.queue_full if queue_full else self.socketless
@@ -254,7 +255,7 @@ class _Progress:
             return False
         if not queue_full and self.settings.renamed():
             return True  # the directory was wiped and renamed its socket: look there
-        if patience.busy() and not self.busy.exceeded(timeouts.ceiling):
+        if patience.busy() and self.busy.spares(timeouts.ceiling):
             await self.waiter.sleep(min(0.1, timeouts.hello))  # it is working: look again soon
             return False
         seen = patience.seen
@@ -265,7 +266,7 @@ class _Progress:
     def _pardon(self, silent: _Fresh | _Busy) -> _Hung | _Retry:
         """A silent holder that may be fine gets another chance (bounded): try again."""
         if isinstance(silent, _Busy):
-            if self.busy.exceeded(self.settings.timeouts.ceiling):
+            if not self.busy.spares(self.settings.timeouts.ceiling):
                 return _Hung(silent.target, Phase.HELLO.value)
             return _RETRY
         if silent.generation in self.pardoned:
