@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from test_chaos import _claimed, _proc
 
@@ -50,3 +51,34 @@ def test_a_handover_sent_after_the_loss_extends_the_excuse_by_request_only() -> 
     # Never longer than the bound plus request.
     beyond = int(1.9 * SECOND) + request + int(1.2 * SECOND)
     assert len(_found(beyond, saved_at=int(1.95 * SECOND)).double_holders) == 1
+
+
+def _relinquished(pid: int, at: int) -> dict[str, Any]:
+    return {"ts": at / 1e9, "event": "relinquished", "pid": pid, "outcome": "deposed"}
+
+
+def test_a_reign_ends_at_its_relinquished_event_not_at_a_late_line() -> None:
+    """A starved holder's main thread may write its acquire (or release) line after the
+    library already handed the project on: the library's relinquished event ends the reign."""
+    old = _proc(101, spawn=0, exit_=9 * SECOND, rc=0, ready={"counter": 1})
+    new = _proc(102, spawn=SECOND, exit_=9 * SECOND, rc=0, ready={"counter": 2})
+    events: list[dict[str, Any]] = [
+        _claimed(101, 1 * SECOND, 1, "claimed_free"),
+        _relinquished(101, int(1.5 * SECOND)),
+        _claimed(102, int(1.6 * SECOND), 2, "succeeded"),
+    ]
+    witness = [
+        Witness("acquire", 102, 2, int(1.7 * SECOND)),
+        Witness("acquire", 101, 1, int(1.8 * SECOND)),  # late: already deposed
+        Witness("release", 101, 1, int(1.9 * SECOND)),
+    ]
+    found = judge([old, new], events, witness, [(0.0, 0)])
+    assert found.double_holders == []
+    # Without the event the same lines are a double holder (the older by generation named).
+    found = judge([old, new], events[::2], witness, [(0.0, 0)])
+    assert len(found.double_holders) == 1
+    assert found.double_holders[0].startswith("pid 101 (gen 1) still held when pid 102")
+    # A relinquished event after the newer reign began does not hide the overlap.
+    late = [events[0], events[2], _relinquished(101, int(1.85 * SECOND))]
+    found = judge([old, new], late, witness, [(0.0, 0)])
+    assert len(found.double_holders) == 1 and "overlap 50.000 ms" in found.double_holders[0]
