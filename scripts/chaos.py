@@ -57,6 +57,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -207,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         help=f"how corrupt_state damages .state (default {','.join(STATE_DAMAGE)})",
     )
     args = parser.parse_args(argv)
+    # A SIGTERM (timeout(1), a CI runner) unwinds like Ctrl-C: every child is
+    # ended by its pid and the tmpfs unmounted, instead of left behind.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     damage = tuple(d for d in args.state_damage.split(",") if d)
     if not damage or set(damage) - set(STATE_DAMAGE):
         parser.error(f"--state-damage: choose from {', '.join(STATE_DAMAGE)}")
