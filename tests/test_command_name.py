@@ -116,8 +116,8 @@ def test_no_two_ambiguous_commands_of_the_table_share_a_name() -> None:
         ("node /opt/a/server/index.js", "node /opt/b/server/index.js"),
         ("python3 server.py --port 1", "python3 server.py --port 2"),
         ("docker run mcp/time", "docker run --weird mcp/time"),
-        ("npm start", "npm run dev"),
-        ("sh -c 'npx srv-a'", "sh -c 'npx srv-a --x'"),
+        ("npm start", "npm start --prefix ../other"),
+        ("sh -c 'exec srv-a'", "bash -c 'exec srv-a'"),
     ],
 )
 def test_ambiguous_commands_are_told_apart_by_the_hash(one: str, other: str) -> None:
@@ -129,6 +129,7 @@ def test_one_command_gets_one_name_whatever_the_launchers_path() -> None:
     short = default_app(["node", "/opt/servers/memory/dist/index.js"])
     full = default_app(["/usr/local/bin/node", "/opt/servers/memory/dist/index.js"])
     assert short == full
+    assert re.fullmatch(r"memory-[0-9a-f]{8}", short)
     assert default_app(["/usr/bin/npx", "-y", "@s/x"]) == default_app(["npx", "-y", "@s/x"])
 
 
