@@ -178,7 +178,7 @@ def other_app(settings: Settings, hello: Hello, pid: int) -> OtherAppError:
     return OtherAppError(
         f"the holder on {settings.paths.socket} (pid {pid}) is app {hello.app!r}, not "
         f"{settings.app!r}: Highlander hands nothing from one app to another; pass a distinct "
-        "--app (app=) to each server, and run one Highlander version everywhere"
+        "--app (app=) to each server"
     )
 
 

@@ -230,11 +230,10 @@ class ThrashError(SuccessionRefused):
 class OtherAppError(SuccessionRefused):
     """Raised when the holder this process reached is another app.
 
-    Two apps met on one socket (a holder started by an older Highlander,
-    which shortened and rewrote app names, or one that speaks the protocol
-    under another name): the holder keeps its project and its state, and
-    hands nothing to another app.  Give each server its own name (``--app``,
-    ``app=``), and run the same Highlander version everywhere.
+    Two apps met on one socket, which their names no longer allow (a hash
+    collision, or a peer that names its files its own way): the holder keeps
+    its project and its state, and hands nothing to another app.  Give each
+    server its own name (``--app``, ``app=``).
     """
 
     def __init__(self, message: str) -> None:
