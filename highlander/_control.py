@@ -130,7 +130,8 @@ async def request_stop(
         conn, me = greeting.conn, os.getpid()
         assert conn.peer_nonce is not None
         start = _own_start_time()
-        save = Save(me, start, conn.local_nonce.hex(), conn.peer_nonce.hex(), Intent.STOP)
+        nonces = conn.local_nonce.hex(), conn.peer_nonce.hex()
+        save = Save(me, start, *nonces, Intent.STOP, settings.app)
         await send_frame(sock, conn.send(save, waiter.now()), waiter)
         event = await receive_event(sock, conn, waiter)
         while isinstance(event, ProgressReport):

@@ -21,6 +21,7 @@ import anyio
 import anyio.from_thread
 import anyio.lowlevel
 
+from highlander._admission import other_app, policy
 from highlander._claim import Reign
 from highlander._connection import Connection
 from highlander._errors import ProtocolError, Reason, SignatureError, UnsafeSecretError
@@ -261,25 +262,19 @@ class Incumbent:
         self, sock: socket.socket, conn: Connection, save: Save, peer: PeerCredentials
     ) -> None:
         events, now_ms = self.settings.events, int(time.time() * 1000)
-        succeed = save.intent is Intent.SUCCEED
-        if self._successor is not None:
+        refusal = other_app(self.settings, save)
+        if refusal is None and self._successor is not None:
             busy = Busy(pid=self._successor.pid, start_time=self._successor_start)
             await send_frame(sock, conn.send(busy, ANYIO.now()), ANYIO)
             events.emit(Event.BUSY, peer_pid=peer.pid, successor_pid=self._successor.pid)
             return
-        if succeed and not self.settings.mode.deposable:
-            why = (
-                f"the holder runs in {self.settings.mode.value} mode and is not deposed: "
-                "give every client the same HIGHLANDER_MODE"
-            )
-            await self._refuse(sock, conn, Reason.MODE, why)
-            events.emit(Event.REFUSED, peer_pid=peer.pid, reason=Reason.MODE, detail=why)
-            return
         history = self.reign.record.successions_ms
-        if succeed and not self.settings.thrash.allows(history, now_ms):
-            why = self.settings.thrash.explain(history, now_ms)
-            await self._refuse(sock, conn, Reason.THRASH, why)
-            events.emit(Event.THRASH, peer_pid=peer.pid, reason=Reason.THRASH, detail=why)
+        refusal = refusal or policy(self.settings, save, history, now_ms)
+        if refusal is not None:
+            await self._refuse(sock, conn, refusal.reason, refusal.detail)
+            events.emit(
+                refusal.event, peer_pid=peer.pid, reason=refusal.reason, detail=refusal.detail
+            )
             return
         self._successor, self._successor_start = peer, save.start_time
         try:

@@ -31,6 +31,7 @@ from highlander._errors import (
     ForeignHolderError,
     IncumbentUnreachableError,
     ModeRefusedError,
+    OtherAppError,
     Reason,
     SaveFailedError,
     SuccessionRefused,
@@ -65,6 +66,7 @@ _REFUSALS: dict[Reason, Callable[[str], SuccessionRefused]] = {
     Reason.MODE: ModeRefusedError,
     Reason.THRASH: ThrashError,
     Reason.INTERNAL: SaveFailedError,
+    Reason.OTHER_APP: OtherAppError,
 }
 
 
@@ -347,9 +349,8 @@ async def _succeed(
     events, me, started = settings.events, own_identity(), time.monotonic()
     sock, conn, peer, waiter = greeting.sock, greeting.conn, greeting.peer, greeting.waiter
     assert conn.peer_nonce is not None
-    save = Save(
-        me.pid, me.start_time, conn.local_nonce.hex(), conn.peer_nonce.hex(), Intent.SUCCEED
-    )
+    nonces = conn.local_nonce.hex(), conn.peer_nonce.hex()
+    save = Save(me.pid, me.start_time, *nonces, Intent.SUCCEED, settings.app)
     await send_frame(sock, conn.send(save, waiter.now()), waiter)
     try:
         event = await receive_event(sock, conn, waiter, fds)
