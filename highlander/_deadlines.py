@@ -124,6 +124,18 @@ class Watch:
         self._started = now
         return True
 
+    def spare(self, now: float) -> bool:
+        """Restart a missed STALL timer without progress; return whether it did.
+
+        For a saver the machine kept off the CPU (:func:`starved_save`): it
+        could not advance.  The absolute ceiling still holds, so this cannot
+        stretch a save past it.
+        """
+        if self._phase is not Phase.STALL:
+            return False
+        self._started = now
+        return True
+
     @property
     def last_counter(self) -> int:
         """The highest PROGRESS counter seen in this save (-1 before the first)."""
@@ -180,3 +192,19 @@ def spared_busy(elapsed: float, cpu: float, ceiling: float) -> bool:
     though never past :data:`STARVED_CAP` times ``ceiling`` of wall time.
     """
     return cpu <= ceiling and elapsed <= STARVED_CAP * ceiling
+
+
+def starved_save(
+    before: tuple[str, int] | None, after: tuple[str, int] | None, stall: float, hz: int
+) -> bool:
+    """Whether a holder that missed a STALL deadline was starved, not stuck.
+
+    ``before``/``after``: its (state, CPU ticks) when the stall timer started
+    and when it ran out; ``hz``: ticks per second.  Starved: the kernel shows
+    it working (:func:`looks_busy`) and it used less than ``stall`` of CPU
+    meanwhile.  A save hook that sleeps without advancing is not busy; one
+    that spins without advancing uses the CPU: both are stuck.
+    """
+    if not looks_busy(before, after) or before is None or after is None:
+        return False
+    return (after[1] - before[1]) / hz < stall

@@ -22,6 +22,7 @@ import os
 import time
 from collections.abc import Callable
 
+from highlander._await_saved import await_saved
 from highlander._claim import Reign, claim_free
 from highlander._client import Greeting, Mismatch, QueueFull, Silent, connect, greet
 from highlander._connection import Closed
@@ -41,7 +42,7 @@ from highlander._errors import (
 from highlander._events import Event
 from highlander._handover import conclude
 from highlander._identity import Expected, holds_lock, is_halted, own_identity
-from highlander._messages import Busy, Intent, ProgressReport, Refused, Save, Saved
+from highlander._messages import Busy, Intent, Refused, Save, Saved
 from highlander._modes import Mode
 from highlander._observe import record_target
 from highlander._one_claim import claimed_twice
@@ -54,7 +55,7 @@ from highlander._unreachable import blocked_error, end_unreachable_holder
 from highlander._values import Value
 from highlander._waiting import Waiter
 from highlander._watch import in_the_way
-from highlander._wire import Overdue, close_fds, receive_event, send_frame
+from highlander._wire import Overdue, close_fds, send_frame
 
 #: Upper bound on acquisition attempts (each one is itself bounded by deadlines).
 MAX_ATTEMPTS = 200
@@ -353,10 +354,7 @@ async def _succeed(
     save = Save(me.pid, me.start_time, *nonces, Intent.SUCCEED, settings.app)
     await send_frame(sock, conn.send(save, waiter.now()), waiter)
     try:
-        event = await receive_event(sock, conn, waiter, fds)
-        while isinstance(event, ProgressReport):
-            events.emit(Event.PROGRESS, peer_pid=peer.pid, counter=event.counter, note=event.note)
-            event = await receive_event(sock, conn, waiter, fds)
+        event = await await_saved(settings, greeting, fds)
     except Overdue as exc:
         target = _hello_target(greeting, settings.paths.lock)
         return _Hung(target, exc.deadline.phase.value, is_halted(peer.pid))

@@ -17,7 +17,7 @@ import time
 import pytest
 from proctools import Children
 
-from highlander._deadlines import STARVED_CAP, spared_busy
+from highlander._deadlines import STARVED_CAP, spared_busy, starved_save
 from highlander._identity import run_state
 
 TIMEOUTS = {"hello": 0.3, "stall": 0.6, "ceiling": 2.0, "exit_grace": 1.0, "term_grace": 0.5}
@@ -87,6 +87,51 @@ def test_a_holder_starved_past_the_ceiling_is_spared_and_hands_over(kids: Childr
     signalled = [e for e in kids.events() if e["event"] in ("terminated", "killed")]
     assert signalled == [], _log(kids)
     assert [e for e in kids.events("timeout") if e.get("busy")], _log(kids)
+
+
+@pytest.mark.timeout(120)
+def test_a_saver_starved_past_the_stall_deadline_is_spared(kids: Children) -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2 or not hasattr(os, "SCHED_IDLE"):
+        pytest.skip("needs two CPUs (one to starve the holder on, one for the newcomer)")
+    victim_cpu, other = cpus[0], set(cpus[1:])
+    timeouts = {**TIMEOUTS, "ceiling": 20.0}  # the absolute bound stays; stall is 0.6 s
+    holder = kids.start(timeouts=timeouts, save="normal", steps=4, step_delay=0.1, hold=600)
+    holder.wait_for("ready")
+    newcomer = kids.start(timeouts=timeouts)
+    os.sched_setaffinity(newcomer.pid, other)
+    holder.wait_for("saving")
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(hog.pid, {victim_cpu})
+        os.setpriority(os.PRIO_PROCESS, hog.pid, -20)
+        # Starved mid-save for five times the stall deadline (the old rule: one).
+        until = time.monotonic() + 5 * timeouts["stall"]
+        while newcomer.proc.poll() is None and time.monotonic() < until:
+            _starve(holder.pid, victim_cpu)
+            time.sleep(0.05)
+    finally:
+        hog.kill()
+        hog.wait()
+        if holder.proc.poll() is None:
+            _feed(holder.pid)
+    report = newcomer.wait_for("ready")
+    assert report["outcome"] == "succeeded", _log(kids)
+    assert report["handoff"] is not None
+    status, _, err = holder.finish()
+    assert status == 0, err.decode()
+    assert [e for e in kids.events() if e["event"] in ("terminated", "killed", "hung")] == []
+    spared = [e for e in kids.events("timeout") if e.get("phase") == "stall"]
+    assert spared and all(e["busy"] for e in spared), _log(kids)
+
+
+def test_a_stuck_saver_is_not_taken_for_a_starved_one() -> None:
+    hz, stall = 100, 0.6
+    assert starved_save(("S", 10), ("R", 12), stall, hz)  # runnable, 20 ms of CPU
+    assert not starved_save(("S", 10), ("S", 10), stall, hz)  # asleep, no CPU: stuck
+    assert not starved_save(("R", 10), ("R", 80), stall, hz)  # spinning: 0.7 s of CPU
+    assert not starved_save(("R", 10), ("T", 10), stall, hz)  # stopped
+    assert not starved_save(None, ("R", 10), stall, hz)
 
 
 def test_a_silent_holder_is_spared_by_cpu_used_and_never_past_the_wall_cap() -> None:
