@@ -3,8 +3,8 @@
 Shared by the newcomer's succession, the status and stop requests and the
 read-only probe of OBSERVE/WARN.  Before anything is sent, the peer is
 checked against the kernel: same uid (from ``SO_PEERCRED``), and HELLO's
-pid, start time, executable and app must match what ``/proc`` says about
-the process behind the socket.
+pid, start time and executable must match what ``/proc`` says about the
+process behind the socket; its app must be ours, name for name.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from highlander._errors import (
     AuthenticationError,
     ForeignHolderError,
     HighlanderError,
+    OtherAppError,
     Reason,
     RemoteProtocolError,
     SignatureError,
@@ -106,8 +107,8 @@ async def greet(
 ) -> Greeting | Silent | Mismatch:
     """Read and verify HELLO on a fresh connection.
 
-    Raises :class:`AuthenticationError` (token), :class:`VersionMismatchError`
-    or :class:`ForeignHolderError` (another uid).
+    Raises :class:`AuthenticationError` (token), :class:`VersionMismatchError`,
+    :class:`ForeignHolderError` (another uid) or :class:`OtherAppError`.
     """
     peer = peer_credentials(sock)
     check_uid(settings, peer)
@@ -147,6 +148,8 @@ async def greet(
     problem = hello_problem(settings, hello, peer.pid)
     if problem is not None:
         return Mismatch(peer.pid, problem)
+    if hello.app != settings.app:
+        raise other_app(settings, hello, peer.pid)
     settings.events.emit(Event.HELLO, peer_pid=peer.pid, generation=hello.generation)
     return Greeting(sock, conn, hello, peer, waiter)
 
@@ -162,9 +165,21 @@ def hello_problem(settings: Settings, hello: Hello, kernel_pid: int) -> str | No
         return f"HELLO claims executable {hello.exe!r} but pid {kernel_pid} runs {actual.exe!r}"
     if actual.uid != os.geteuid():
         return f"pid {kernel_pid} runs as uid {actual.uid}"
-    if hello.app != settings.app:
-        return f"HELLO is from app {hello.app!r}, expected {settings.app!r}"
     return None
+
+
+def other_app(settings: Settings, hello: Hello, pid: int) -> OtherAppError:
+    """A verified holder of another app answered: never ours to take over, stop or wait for.
+
+    Not a :class:`Mismatch` (which a handover in flight can cause and a retry
+    cures): the holder is who it says, it is just not this app.
+    """
+    settings.events.emit(Event.IDENTITY_MISMATCH, peer_pid=pid, reason=f"app {hello.app!r}")
+    return OtherAppError(
+        f"the holder on {settings.paths.socket} (pid {pid}) is app {hello.app!r}, not "
+        f"{settings.app!r}: Highlander hands nothing from one app to another; pass a distinct "
+        "--app (app=) to each server"
+    )
 
 
 async def probe(settings: Settings, waiter: Waiter) -> dict[str, Any]:

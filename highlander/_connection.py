@@ -109,6 +109,10 @@ class Connection:
         deadline = self.deadline
         return deadline if deadline is not None and now >= deadline.at else None
 
+    def spare_stall(self, now: float) -> bool:
+        """Restart a missed STALL deadline (a starved saver); see :meth:`Watch.spare`."""
+        return self._watch.spare(now)
+
     @property
     def last_progress(self) -> int:
         """The highest PROGRESS counter received in the current save (-1 before any)."""

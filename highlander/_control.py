@@ -163,9 +163,8 @@ async def _ask_to_stop(
     """SAVE (intent STOP), PROGRESS*, SAVED, ACK_SUCCESSION with the greeted holder."""
     sock, conn, waiter, pid = greeting.sock, greeting.conn, greeting.waiter, greeting.hello.pid
     assert conn.peer_nonce is not None
-    save = Save(
-        os.getpid(), _own_start_time(), conn.local_nonce.hex(), conn.peer_nonce.hex(), Intent.STOP
-    )
+    nonces = conn.local_nonce.hex(), conn.peer_nonce.hex()
+    save = Save(os.getpid(), _own_start_time(), *nonces, Intent.STOP, settings.app)
     try:
         await send_frame(sock, conn.send(save, waiter.now()), waiter)
         event = await receive_event(sock, conn, waiter)

@@ -124,6 +124,18 @@ class Watch:
         self._started = now
         return True
 
+    def spare(self, now: float) -> bool:
+        """Restart a missed STALL timer without progress; return whether it did.
+
+        For a saver the machine kept off the CPU (:func:`starved_save`): it
+        could not advance.  The absolute ceiling still holds, so this cannot
+        stretch a save past it.
+        """
+        if self._phase is not Phase.STALL:
+            return False
+        self._started = now
+        return True
+
     @property
     def last_counter(self) -> int:
         """The highest PROGRESS counter seen in this save (-1 before the first)."""
@@ -161,3 +173,38 @@ def looks_busy(before: tuple[str, int] | None, after: tuple[str, int] | None) ->
     # R: running or waiting for a CPU; D: waiting for the disk (a storm of
     # starts pages in the interpreter for every one of them): neither is a hang.
     return after[0] in "RD" or after[1] > before[1]
+
+
+#: However starved a busy holder was, it is spared at most this many times
+#: ``ceiling`` of wall time: a machine that never recovers cannot shelter a
+#: holder that spins without answering for ever.
+STARVED_CAP = 4
+
+
+def spared_busy(elapsed: float, cpu: float, ceiling: float) -> bool:
+    """Whether a busy holder that keeps missing its deadlines is still spared.
+
+    ``elapsed``: wall seconds since it first missed one under this record;
+    ``cpu``: CPU seconds it used meanwhile.  A holder that spins without
+    answering uses the CPU and is ended once it has used ``ceiling``; one
+    that a loaded machine keeps off the CPU (a storm on two cores can starve
+    a healthy serving thread for seconds) uses almost none and is spared,
+    though never past :data:`STARVED_CAP` times ``ceiling`` of wall time.
+    """
+    return cpu <= ceiling and elapsed <= STARVED_CAP * ceiling
+
+
+def starved_save(
+    before: tuple[str, int] | None, after: tuple[str, int] | None, stall: float, hz: int
+) -> bool:
+    """Whether a holder that missed a STALL deadline was starved, not stuck.
+
+    ``before``/``after``: its (state, CPU ticks) when the stall timer started
+    and when it ran out; ``hz``: ticks per second.  Starved: the kernel shows
+    it working (:func:`looks_busy`) and it used less than ``stall`` of CPU
+    meanwhile.  A save hook that sleeps without advancing is not busy; one
+    that spins without advancing uses the CPU: both are stuck.
+    """
+    if not looks_busy(before, after) or before is None or after is None:
+        return False
+    return (after[1] - before[1]) / hz < stall

@@ -12,6 +12,7 @@
     │   ├── VersionMismatchError        the incumbent speaks another protocol version
     │   ├── ModeRefusedError            the incumbent's mode does not allow succession
     │   ├── ThrashError                 too many successions in the anti-thrash window
+    │   ├── OtherAppError               the holder on this socket is another app
     │   └── SaveFailedError             the incumbent's save hook failed
     ├── IncumbentUnreachableError       a live holder does not answer on its socket
     ├── AcquireTimeoutError             acquire(timeout=) ran out (also a TimeoutError)
@@ -45,6 +46,8 @@ class Reason(enum.StrEnum):
     the project.
     ``PREPARE``: the newcomer could not prepare its takeover (sent by the
     newcomer in answer to SAVED); the incumbent keeps the project.
+    ``OTHER_APP``: the SAVE came from another app than the holder's; the
+    holder keeps the project and its state.
     """
 
     AUTH = "auth"
@@ -55,6 +58,7 @@ class Reason(enum.StrEnum):
     INTERNAL = "internal"
     LATE = "late"
     PREPARE = "prepare"
+    OTHER_APP = "other_app"
 
 
 class HighlanderError(Exception):
@@ -221,6 +225,19 @@ class ThrashError(SuccessionRefused):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, reason=Reason.THRASH)
+
+
+class OtherAppError(SuccessionRefused):
+    """Raised when the holder this process reached is another app.
+
+    Two apps met on one socket, which their names no longer allow (a hash
+    collision, or a peer that names its files its own way): the holder keeps
+    its project and its state, and hands nothing to another app.  Give each
+    server its own name (``--app``, ``app=``).
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason=Reason.OTHER_APP)
 
 
 class SaveFailedError(SuccessionRefused):

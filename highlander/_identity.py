@@ -8,6 +8,7 @@ fallback where ``/proc`` is absent (imported only there).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from functools import cache
@@ -91,15 +92,41 @@ def _proc_identity(pid: int) -> ProcessIdentity | None:
     return ProcessIdentity(pid=pid, start_time=start_time, exe=exe, uid=status)
 
 
+#: Clock ticks per second: the unit of the CPU times in ``/proc/<pid>/stat``.
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
 def run_state(pid: int) -> tuple[str, int] | None:
-    """(state letter, utime + stime in clock ticks) from ``/proc/<pid>/stat``; ``None`` if gone."""
+    """(state letter, utime + stime in clock ticks) of a process; ``None`` if gone.
+
+    ``/proc/<pid>/stat`` gives the ticks of the whole process but the state
+    of its main thread only, which sleeps while another thread (a holder's
+    serving thread) runs or waits for a CPU.  So while the main thread is
+    asleep the threads are asked too: one running (``R``) or waiting for the
+    disk (``D``) makes the process's state.
+    """
     try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-        fields = stat[stat.rindex(b")") + 2 :].split()
-        return fields[0].decode(), int(fields[11]) + int(fields[12])
+        state, ticks = _stat_fields(f"/proc/{pid}/stat")
     except (OSError, ValueError, IndexError):
         return None
+    if state in "SI":
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            tids = []
+        states = set()
+        for tid in tids:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                states.add(_stat_fields(f"/proc/{pid}/task/{tid}/stat")[0])
+        state = next((s for s in "RD" if s in states), state)
+    return state, ticks
+
+
+def _stat_fields(path: str) -> tuple[str, int]:
+    with open(path, "rb") as handle:
+        stat = handle.read()
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return fields[0].decode(), int(fields[11]) + int(fields[12])
 
 
 def is_halted(pid: int) -> bool:

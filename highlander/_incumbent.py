@@ -21,6 +21,7 @@ import anyio
 import anyio.from_thread
 import anyio.lowlevel
 
+from highlander._admission import other_app, policy
 from highlander._claim import Reign
 from highlander._connection import Connection
 from highlander._errors import ProtocolError, Reason, SignatureError, UnsafeSecretError
@@ -43,7 +44,7 @@ from highlander._serving_guard import ServingFailed, ServingGuard, describe, ste
 from highlander._settings import Settings
 from highlander._state import Role
 from highlander._waiting import ANYIO
-from highlander._watch import keep_watch, take_back, watch_parent
+from highlander._watch import keep_watch, lost_before_saved, take_back, watch_parent
 from highlander._wire import Overdue, receive_event, send_frame
 
 #: Connections served at once; more are closed on accept (each is bounded by deadlines).
@@ -261,25 +262,19 @@ class Incumbent:
         self, sock: socket.socket, conn: Connection, save: Save, peer: PeerCredentials
     ) -> None:
         events, now_ms = self.settings.events, int(time.time() * 1000)
-        succeed = save.intent is Intent.SUCCEED
-        if self._successor is not None:
+        refusal = other_app(self.settings, save)
+        if refusal is None and self._successor is not None:
             busy = Busy(pid=self._successor.pid, start_time=self._successor_start)
             await send_frame(sock, conn.send(busy, ANYIO.now()), ANYIO)
             events.emit(Event.BUSY, peer_pid=peer.pid, successor_pid=self._successor.pid)
             return
-        if succeed and not self.settings.mode.deposable:
-            why = (
-                f"the holder runs in {self.settings.mode.value} mode and is not deposed: "
-                "give every client the same HIGHLANDER_MODE"
-            )
-            await self._refuse(sock, conn, Reason.MODE, why)
-            events.emit(Event.REFUSED, peer_pid=peer.pid, reason=Reason.MODE, detail=why)
-            return
         history = self.reign.record.successions_ms
-        if succeed and not self.settings.thrash.allows(history, now_ms):
-            why = self.settings.thrash.explain(history, now_ms)
-            await self._refuse(sock, conn, Reason.THRASH, why)
-            events.emit(Event.THRASH, peer_pid=peer.pid, reason=Reason.THRASH, detail=why)
+        refusal = refusal or policy(self.settings, save, history, now_ms)
+        if refusal is not None:
+            await self._refuse(sock, conn, refusal.reason, refusal.detail)
+            events.emit(
+                refusal.event, peer_pid=peer.pid, reason=refusal.reason, detail=refusal.detail
+            )
             return
         self._successor, self._successor_start = peer, save.start_time
         try:
@@ -300,6 +295,8 @@ class Incumbent:
             detail = describe_failure(exc)
             await self._refuse(sock, conn, Reason.INTERNAL, detail)
             events.emit(Event.REFUSED, peer_pid=peer.pid, reason=Reason.INTERNAL, detail=detail)
+            return
+        if await lost_before_saved(self):
             return
         succeed = save.intent is Intent.SUCCEED
         fds = [self.reign.lock.fd, self.reign.listener.sock.fileno()] if succeed else []

@@ -18,14 +18,14 @@ import glob
 import os
 from collections.abc import Mapping
 
+from highlander._app_name import HASH_CHARS, app_stem, check_app
 from highlander._deadlines import Timeouts
 from highlander._errors import ConfigurationError
 from highlander._events import EventLog
 from highlander._modes import ThrashPolicy, resolve_mode
 from highlander._names_key import read_names_key
+from highlander._record import read_record
 from highlander._rendezvous import (
-    HASH_CHARS,
-    app_name,
     choose_runtime_dir,
     project_key,
     project_paths,
@@ -40,13 +40,27 @@ class NoApp(ConfigurationError):  # noqa: N818 - a finding: nothing ran for this
 
 
 def apps_for(project: str | None, runtime_dir: str | None, env: Mapping[str, str]) -> list[str]:
-    """The apps that have state for ``project`` in the runtime directory, sorted."""
+    """The apps that have state for ``project`` in the runtime directory, sorted, by name."""
     digest = project_key(project_root(project, env=env)).hex()[:HASH_CHARS]
     directory = choose_runtime_dir(runtime_dir, env=env)
-    return sorted(
-        os.path.basename(path)[: -len(f"-{digest}.state")]
-        for path in glob.glob(os.path.join(glob.escape(directory), f"*-{digest}.state"))
-    )
+    pattern = os.path.join(glob.escape(directory), f"*-{digest}.state")
+    return sorted(_app_of(path, digest) for path in glob.glob(pattern))
+
+
+def _app_of(path: str, digest: str) -> str:
+    """The app whose record is at ``path``: a file name may be a hash of the app's name.
+
+    The record names the app whole; it counts only if that name leads back
+    to this very file (else the file name is all there is to go by).
+    """
+    stem = os.path.basename(path)[: -len(f"-{digest}.state")]
+    record = read_record(path)
+    if record is None:
+        return stem
+    try:
+        return record.app if app_stem(record.app) == stem else stem
+    except ConfigurationError:
+        return stem
 
 
 def only_app(project: str | None, runtime_dir: str | None, env: Mapping[str, str]) -> str:
@@ -68,7 +82,7 @@ def look(
 ) -> Settings:
     """Settings for looking at ``app``'s holder: nothing is created, nothing is logged."""
     env = os.environ if env is None else env
-    name = app_name(app)
+    name = check_app(app)
     root = project_root(project, env=env)
     directory = choose_runtime_dir(runtime_dir, env=env)
     if os.path.lexists(directory):

@@ -165,7 +165,9 @@ class Save(Message):
     """The newcomer asks the incumbent to save and leave.
 
     ``echo`` repeats the incumbent's HELLO nonce; ``nonce`` is the newcomer's
-    own, so every later frame is bound to both.
+    own, so every later frame is bound to both.  ``app`` is the newcomer's
+    app, whole: an incumbent of another app refuses (``other_app``), so a
+    handoff only ever goes to the same app.
     """
 
     TYPE: ClassVar[str] = "SAVE"
@@ -175,6 +177,7 @@ class Save(Message):
     nonce: str
     echo: str
     intent: Intent
+    app: str
 
     def _validate(self) -> None:
         _int(self, "pid", minimum=1)
@@ -182,6 +185,7 @@ class Save(Message):
         _nonce(self, "nonce")
         _nonce(self, "echo")
         _enum(self, "intent", Intent)
+        _text(self, "app")
 
 
 class ProgressReport(Message):

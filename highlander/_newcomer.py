@@ -22,6 +22,7 @@ import os
 import time
 from collections.abc import Callable
 
+from highlander._await_saved import await_saved
 from highlander._claim import Reign, claim_free
 from highlander._client import Greeting, Mismatch, QueueFull, Silent, connect, greet
 from highlander._connection import Closed
@@ -31,6 +32,7 @@ from highlander._errors import (
     ForeignHolderError,
     IncumbentUnreachableError,
     ModeRefusedError,
+    OtherAppError,
     Reason,
     SaveFailedError,
     SuccessionRefused,
@@ -40,8 +42,7 @@ from highlander._errors import (
 from highlander._events import Event
 from highlander._handover import conclude
 from highlander._identity import Expected, holds_lock, is_halted, own_identity
-from highlander._live import LiveProgress
-from highlander._messages import Busy, Intent, ProgressReport, Refused, Save, Saved
+from highlander._messages import Busy, Intent, Refused, Save, Saved
 from highlander._modes import Mode
 from highlander._observe import record_target
 from highlander._one_claim import claimed_twice
@@ -54,7 +55,7 @@ from highlander._unreachable import blocked_error, end_unreachable_holder
 from highlander._values import Value
 from highlander._waiting import Waiter
 from highlander._watch import in_the_way
-from highlander._wire import Overdue, close_fds, receive_event, send_frame
+from highlander._wire import Overdue, close_fds, send_frame
 
 #: Upper bound on acquisition attempts (each one is itself bounded by deadlines).
 MAX_ATTEMPTS = 200
@@ -66,6 +67,7 @@ _REFUSALS: dict[Reason, Callable[[str], SuccessionRefused]] = {
     Reason.MODE: ModeRefusedError,
     Reason.THRASH: ThrashError,
     Reason.INTERNAL: SaveFailedError,
+    Reason.OTHER_APP: OtherAppError,
 }
 
 
@@ -115,9 +117,10 @@ class _Fresh(Value):
 class _Busy(Value):
     """The holder missed HELLO but the kernel says it was working (a loaded machine).
 
-    It is spared for up to ``ceiling`` seconds under one record (the longest
-    anything may take): long enough for a storm's load to pass, bounded so
-    that a holder spinning without ever answering is still ended.  A holder
+    It is spared until it has used ``ceiling`` seconds of CPU under one
+    record (the longest anything may take) without answering, and at most 4
+    x ``ceiling`` of wall time: long enough for a storm's load to pass, while
+    a holder spinning without answering is still ended.  A holder
     that is stopped, or asleep without gaining CPU time, gets no such grace.
     """
 
@@ -238,7 +241,7 @@ class _Progress:
         taking the lock and renaming its socket into place, or a storm's queue
         draining; back off, try again.  Past it, a holder the kernel shows
         working (a loaded machine, a serving side still starting) gets up to
-        ``ceiling`` more; then it is ended.
+        ``ceiling`` of CPU time more (see _Busy); then it is ended.
         """
         timeouts = self.settings.timeouts
         patience = self.queue_full if queue_full else self.socketless
@@ -255,7 +258,7 @@ class _Progress:
             return False
         if not queue_full and self.settings.renamed():
             return True  # the directory was wiped and renamed its socket: look there
-        if patience.busy() and not self.busy.exceeded(timeouts.ceiling):
+        if patience.busy() and self.busy.spares(timeouts.ceiling):
             await self.waiter.sleep(min(0.1, timeouts.hello))  # it is working: look again soon
             return False
         seen = patience.seen
@@ -266,7 +269,7 @@ class _Progress:
     def _pardon(self, silent: _Fresh | _Busy) -> _Hung | _Retry:
         """A silent holder that may be fine gets another chance (bounded): try again."""
         if isinstance(silent, _Busy):
-            if self.busy.exceeded(self.settings.timeouts.ceiling):
+            if not self.busy.spares(self.settings.timeouts.ceiling):
                 return _Hung(silent.target, Phase.HELLO.value)
             return _RETRY
         if silent.generation in self.pardoned:
@@ -347,16 +350,11 @@ async def _succeed(
     events, me, started = settings.events, own_identity(), time.monotonic()
     sock, conn, peer, waiter = greeting.sock, greeting.conn, greeting.peer, greeting.waiter
     assert conn.peer_nonce is not None
-    save = Save(
-        me.pid, me.start_time, conn.local_nonce.hex(), conn.peer_nonce.hex(), Intent.SUCCEED
-    )
+    nonces = conn.local_nonce.hex(), conn.peer_nonce.hex()
+    save = Save(me.pid, me.start_time, *nonces, Intent.SUCCEED, settings.app)
     await send_frame(sock, conn.send(save, waiter.now()), waiter)
     try:
-        with LiveProgress(events, peer.pid) as live:
-            event = await receive_event(sock, conn, waiter, fds)
-            while isinstance(event, ProgressReport):
-                live.report(event)
-                event = await receive_event(sock, conn, waiter, fds)
+        event = await await_saved(settings, greeting, fds)
     except Overdue as exc:
         target = _hello_target(greeting, settings.paths.lock)
         return _Hung(target, exc.deadline.phase.value, is_halted(peer.pid))

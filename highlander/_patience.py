@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import time
 
-from highlander._deadlines import looks_busy
-from highlander._identity import run_state
+from highlander._deadlines import looks_busy, spared_busy
+from highlander._identity import CLOCK_TICKS, run_state
 from highlander._record import read_record
 from highlander._settings import Settings
 
@@ -32,6 +32,8 @@ class Patience:
         self.count = 0
         #: The recorded holder's (state, CPU ticks) at the last look.
         self.first_run: tuple[str, int] | None = None
+        #: Its CPU ticks when the condition began (see :meth:`spares`).
+        self.ticks = 0
 
     def _look(self) -> float:
         record = read_record(self.settings.paths.state)
@@ -40,6 +42,7 @@ class Patience:
         if self.since is None or seen != self.seen:
             self.since, self.seen, self.count = now, seen, 0
             self.first_run = run_state(record.pid) if record else None
+            self.ticks = self.first_run[1] if self.first_run else 0
         return now
 
     def busy(self) -> bool:
@@ -60,6 +63,19 @@ class Patience:
         now = self._look()
         assert self.since is not None
         return now - self.since > limit
+
+    def spares(self, ceiling: float) -> bool:
+        """Whether a busy holder is still within ``ceiling`` under one record.
+
+        ``ceiling`` of CPU time it used meanwhile, not of wall time: a storm
+        on two cores can keep a healthy holder's serving thread off the CPU
+        for seconds (:func:`~highlander._deadlines.spared_busy`).
+        """
+        now = self._look()
+        assert self.since is not None
+        state = run_state(self.seen[0]) if self.seen else None
+        cpu = (state[1] - self.ticks) / CLOCK_TICKS if state else 0.0
+        return spared_busy(now - self.since, cpu, ceiling)
 
     def tally(self) -> int:
         """Count one more occurrence; return how many there were under this record."""

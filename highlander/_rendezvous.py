@@ -19,9 +19,11 @@ key, :mod:`highlander._names_key`); :func:`verify_runtime_dir` only looks.
   and for good, to ``/tmp/highlander-<uid>-<12 random hex>``, a name nobody
   else can guess, recorded in ``~/.cache/highlander/runtime-dir`` so every
   later start of that user goes there too (:func:`fall_back`).
-* Names: ``<app>-<hash>`` plus ``.sock``, ``.lock``, ``.state``,
-  ``.events.jsonl``; a shorter name when the socket path would not fit the
-  kernel's ``sun_path``.
+* Names: ``<stem>-<hash>`` plus ``.lock``, ``.state``, ``.events.jsonl``,
+  where the stem is the app's name or, for a name that is not a short plain
+  file name, a readable prefix and a hash of the exact name
+  (:func:`app_stem`): apps are never merged.  The socket is named by a keyed
+  hash; a shorter name when a socket path would not fit ``sun_path``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import stat
 import sys
 from collections.abc import Mapping
 
+from highlander._app_name import HASH_CHARS, app_stem, sha256_digest, short_hash
 from highlander._errors import ConfigurationError, SocketPathTooLongError, UnsafeRuntimeDirError
 
 # Re-exported: the names key used to live here.
@@ -40,24 +43,10 @@ from highlander._names_key import names_key as names_key  # noqa: PLC0414
 from highlander._names_key import read_names_key as read_names_key  # noqa: PLC0414
 from highlander._values import Value
 
-# The interpreter's built-in SHA-256: hashlib would first load OpenSSL, which
-# costs the claim path about 2 ms (the digest is the same).  No stubs exist
-# for these private modules, hence the ignores.
-try:
-    from _sha2 import sha256  # type: ignore[import-not-found]  # CPython >= 3.12
-except ImportError:  # pragma: no cover - depends on the interpreter
-    try:
-        from _sha256 import sha256  # type: ignore[import-not-found]  # CPython 3.11
-    except ImportError:
-        from hashlib import sha256
-
 #: Usable bytes of ``sockaddr_un.sun_path`` (its size minus the terminating NUL).
 SUN_PATH_MAX = {"linux": 107, "darwin": 103}
 PROJECT_VARS = ("HIGHLANDER_PROJECT", "CLAUDE_PROJECT_DIR")
 RUNTIME_VAR = "HIGHLANDER_RUNTIME_DIR"
-APP_MAX = 32
-HASH_CHARS = 16
-_UNSAFE_APP_CHARS = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def sun_path_limit(platform: str | None = None) -> int:
@@ -122,19 +111,7 @@ def project_key(root: str) -> bytes:
 
     It names the project's files and salts the HMAC key derivation.
     """
-    digest: bytes = sha256(os.fsencode(root)).digest()
-    return digest
-
-
-def app_name(app: str) -> str:
-    """Return ``app`` reduced to a safe file-name part: ``[A-Za-z0-9._-]``, <= 32 chars."""
-    safe = _UNSAFE_APP_CHARS.sub("_", app).lstrip(".")[:APP_MAX]
-    if not safe:
-        raise ConfigurationError(
-            f"app name {app!r} is empty once reduced to letters, digits, '.', '_' and '-': "
-            "pass app='my-server'"
-        )
-    return safe
+    return sha256_digest(os.fsencode(root))
 
 
 def choose_runtime_dir(
@@ -336,14 +313,17 @@ def project_paths(
     only the owner can list the directory.
     """
     limit = sun_path_limit() if limit is None else limit
-    safe = app_name(app)
+    # The hashes take the exact name: for a plain name (its own stem) they
+    # are what earlier versions computed from the name they had reduced.
+    name = app.encode()
     key = project_key(root)
-    regular = f"{safe}-{key.hex()[:HASH_CHARS]}"
-    short = "h" + sha256(safe.encode() + b"\0" + key).hexdigest()[: HASH_CHARS - 1]
+    regular = f"{app_stem(app)}-{key.hex()[:HASH_CHARS]}"
+    short = "h" + short_hash(name + b"\0" + key, HASH_CHARS - 1)
     opaque = None
     if secret is not None:
-        keyed = sha256(b"highlander-socket\0" + secret + b"\0" + safe.encode() + b"\0" + key)
-        opaque = "s" + keyed.hexdigest()[: HASH_CHARS - 1]
+        opaque = "s" + short_hash(
+            b"highlander-socket\0" + secret + b"\0" + name + b"\0" + key, HASH_CHARS - 1
+        )
     for base in (regular, short):
         stem = opaque or base
         socket = os.path.join(runtime_dir, stem + ".sock")

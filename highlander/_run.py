@@ -25,6 +25,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from highlander._command_name import command_app
 from highlander._errors import HighlanderError
 from highlander._highlander import Highlander
 from highlander._log import flush
@@ -44,15 +45,13 @@ FORWARDED = (
 
 
 def default_app(argv: Sequence[str]) -> str:
-    """Name a wrapped command after what it runs, not the launcher.
+    """Name a wrapped command after what it runs, never after its launcher alone.
 
-    ``npx -y @scope/server-files`` is ``server-files`` and ``python3 srv.py``
-    is ``srv``, so two different servers behind one launcher never collide.
+    ``npx -y @scope/server-files@1.2`` is ``server-files``, ``node
+    …/filesystem/dist/index.js`` is ``filesystem-<hash>``: the rules and
+    their table are in :mod:`highlander._command_name` and docs/mcp.md.
     """
-    for arg in argv[1:]:
-        if not arg.startswith("-"):
-            return os.path.splitext(os.path.basename(arg.rstrip("/")))[0] or argv[0]
-    return os.path.basename(argv[0])
+    return command_app(argv)
 
 
 def exit_status(returncode: int) -> int:

@@ -6,6 +6,7 @@ import os
 import sys
 from collections.abc import Mapping
 
+from highlander._app_name import check_app
 from highlander._deadlines import Timeouts
 from highlander._errors import HighlanderError, UnsafeRuntimeDirError
 from highlander._events import EventLog
@@ -14,7 +15,6 @@ from highlander._log import warn_once
 from highlander._modes import Mode, ThrashPolicy, resolve_mode
 from highlander._rendezvous import (
     ProjectPaths,
-    app_name,
     choose_runtime_dir,
     default_runtime_dir,
     ensure_runtime_dir,
@@ -102,7 +102,7 @@ class Settings:
     ) -> Settings:
         """Resolve every option (argument, then environment, then default)."""
         env = os.environ if env is None else env
-        name = app_name(app or default_app())
+        name = check_app(app or default_app())
         root = project_root(project, env=env)
         directory = runtime_directory(runtime_dir, env)
         paths = project_paths(directory, name, root, secret=names_key(directory))

@@ -187,6 +187,29 @@ async def keep_watch(incumbent: Incumbent) -> None:
             os.close(dir_fd)
 
 
+async def lost_before_saved(incumbent: Incumbent) -> bool:
+    """Whether the rendezvous was lost while the save ran; if so, the reign ends here.
+
+    Checked just before SAVED goes out.  A lock file that is no longer at
+    its path cannot be handed over (the newcomer's adoption compares it with
+    the path and declines), and while a handover is out the watch waits for
+    its end: handing it out would only keep this holder believing it holds,
+    beside whoever claimed the new rendezvous, for up to ``request``.  So
+    the holder steps down at once (``lost_rendezvous``); the newcomer hears
+    the end of the stream and claims the rendezvous as it is now.  (A wiped
+    or replaced directory takes the lock file's path with it.)
+    """
+    from highlander._serving_guard import step_down  # noqa: PLC0415 - it imports us
+
+    reign, paths = incumbent.reign, incumbent.settings.paths
+    lost = reign.lock.located_at(paths.lock)
+    if lost is None:
+        return False
+    why = f"{lost} during a save: the rendezvous cannot be handed over"
+    await step_down(incumbent, why, event=Event.LOST_RENDEZVOUS, outcome=Outcome.LOST_RENDEZVOUS)
+    return True
+
+
 def _hold_directory(path: str) -> tuple[FileId | None, int]:
     """The directory's identity, and a descriptor with a shared ``flock`` on it."""
     try:

@@ -46,7 +46,10 @@ directory), prints every report, then one summary table; the exit status is
 
 ``--keep DIR`` copies the evidence (the emitted events, the project's own log,
 witness, save and check logs, every process with its stderr, the steps as run,
-the moments the rendezvous was taken) before the run directory goes.
+the moments the rendezvous was taken) before the run directory goes.  A run
+that fails keeps its evidence even without ``--keep`` (in a new
+``/tmp/highlander-chaos-evidence-seedN-*`` directory its report names): a
+failure found under load may not come back on the next run.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -137,13 +141,11 @@ def run(
             checks=read_checks(lab.checks),
             losses=runner.losses,
         )
-        if keep is not None:
-            keep_evidence(runner, tail, keep)
         switched = Counter(
             f"held ({p.ready.get('outcome')})" if p.ready else next(iter(newcomers([p])[0]))
             for p in runner.switched
         )
-        return Report(
+        report = Report(
             seed=seed,
             events=len(schedule),
             found=found,
@@ -162,6 +164,13 @@ def run(
             project_log_events=len(project_log.lines),
             emitted_events=len(tail.lines),
         )
+        if keep is None and not report.ok:
+            # A failure found under load may not come back: never lose its evidence.
+            keep = Path(tempfile.mkdtemp(prefix=f"highlander-chaos-evidence-seed{seed}-"))
+            report.notes.append(f"the run failed: its evidence is kept in {keep}")
+        if keep is not None:
+            keep_evidence(runner, tail, keep)
+        return report
     finally:
         if lab is not None:
             lab.end_all()
@@ -199,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         help=f"how corrupt_state damages .state (default {','.join(STATE_DAMAGE)})",
     )
     args = parser.parse_args(argv)
+    # A SIGTERM (timeout(1), a CI runner) unwinds like Ctrl-C: every child is
+    # ended by its pid and the tmpfs unmounted, instead of left behind.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     damage = tuple(d for d in args.state_damage.split(",") if d)
     if not damage or set(damage) - set(STATE_DAMAGE):
         parser.error(f"--state-damage: choose from {', '.join(STATE_DAMAGE)}")

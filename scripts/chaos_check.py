@@ -1,10 +1,15 @@
 """Judging a chaos run from its evidence: witness log, event log, and what the harness saw.
 
-* **Double holders**: witness intervals (acquire .. release) that overlap.  A
-  holder that never wrote its release line died; its interval ends at the
-  earliest of: the harness's SIGKILL, Highlander's fatal signal (its
+* **Double holders**: witness intervals (acquire .. release) that overlap.  An
+  interval ends at the earliest of: the release line, the library's
+  ``relinquished`` event (it had let go of the lock: ``is_holder`` is false
+  from then on, while the application hears of it in ``on_deposed``, later
+  on a loaded machine), the harness's SIGKILL, Highlander's fatal signal (its
   ``killed``/``terminated`` event: it never ran user code again), and the
-  moment the harness's reaper saw it end.
+  moment the harness's reaper saw it end.  An acquire line written after
+  the reign had already ended (a starved main thread) opens no interval.
+  Of two overlapping reigns the older is the lower generation, whatever the
+  order of their acquire lines.
 * **Wrong signals**: every ``terminated``/``killed`` event names its target
   by pid and start time; the target must be a process of this run that held
   the project (its ``claimed`` event; normally its ``acquire`` line too) and
@@ -61,6 +66,7 @@ def judge(
     found.reigns = _reigns(who, events, witness, found)
     _tally(events, found)
     _fatal_signals(who, events, clock, found)
+    _relinquished(who, events, clock, found)
     _overlaps(found, losses or [], _saved(who, events, clock))
     _signals(who, events, found, current.Taken(losses or [], clock))
     _deaths(procs, events, found)
@@ -170,6 +176,17 @@ def _saved(
     return sent
 
 
+def _relinquished(
+    who: Who, events: list[dict[str, Any]], clock: list[tuple[float, int]], found: Findings
+) -> None:
+    """When each reign's library let go of the lock (its first ``relinquished`` event)."""
+    reign_of = {id(r.proc): r for r in found.reigns if r.proc is not None}
+    for e in (e for e in events if e["event"] == "relinquished"):
+        reign = reign_of.get(id(who.at_wall(e["pid"], e["ts"])))
+        if reign is not None and reign.relinquished_ns is None:
+            reign.relinquished_ns = to_monotonic(e["ts"], clock)
+
+
 def _overlaps(
     found: Findings, losses: list[tuple[int, int, str]], saved: dict[int, list[float]]
 ) -> None:
@@ -178,23 +195,27 @@ def _overlaps(
     active: list[tuple[int, float, Reign]] = []
     for start, end, reign in spans:
         for other_start, other_end, other in active:
-            if other_end <= start:
+            overlap = min(end, other_end) - max(start, other_start)
+            if overlap <= 0:
                 continue
+            first = other.generation <= reign.generation
+            older, newer = (other, reign) if first else (reign, other)
+            assert older.acquire_ns is not None and newer.acquire_ns is not None
             excuse = current.excused_overlap(
-                other.proc,
-                (other_start, other_end),
-                other.lost,
-                start,
+                older.proc,
+                (older.acquire_ns, older.end_ns()),
+                older.lost,
+                newer.acquire_ns,
                 losses,
-                saved.get(id(other.proc), []),
+                saved.get(id(older.proc), []),
             )
             if excuse is not None:
-                found.excused[id(other)] = excuse
+                found.excused[id(older)] = excuse
             else:
                 found.double_holders.append(
-                    f"pid {other.pid} (gen {other.generation}) still held when pid {reign.pid} "
-                    f"(gen {reign.generation}, {reign.outcome}) acquired: overlap "
-                    f"{(other_end - start) / 1e6:.3f} ms; its reign ended by {other.ending()[1]}"
+                    f"pid {older.pid} (gen {older.generation}) still held when pid {newer.pid} "
+                    f"(gen {newer.generation}, {newer.outcome}) acquired: overlap "
+                    f"{overlap / 1e6:.3f} ms; its reign ended by {older.ending()[1]}"
                 )
         active = [a for a in active if a[1] > start] + [(start, end, reign)]
 

@@ -157,8 +157,11 @@ def excused_overlap(
     (not counting time it was stopped) at most :data:`DETECTION_BOUND_NS`,
     plus ``request`` if it had a handover out then (a holder waits for the
     handover's end before it steps down; its ``check_current()`` fails
-    meanwhile).  Only the *older* reign is excused: a newer one claiming on
-    a taken rendezvous beside a live holder is a double holder.
+    meanwhile).  "Then" includes a SAVED sent after the loss and before the
+    holder noticed: the library checks the lock file just before SAVED, but a
+    loss can still fall between that check and the send.  Only the *older*
+    reign is excused: a newer one claiming on a taken rendezvous beside a
+    live holder is a double holder.
     Returns (running ns, what was done, whether a handover was out).
     """
     if older is None:
@@ -173,7 +176,7 @@ def excused_overlap(
     else:
         return None
     request = int(TIMEOUTS["request"] * 1e9)
-    out = any(began - request <= at <= began for at in saved_ns)
+    out = any(began - request <= at <= end for at in saved_ns)
     ran = (end - began) - older.stopped_ns(began, end)
     return (ran, note, out) if ran <= DETECTION_BOUND_NS + request * out else None
 

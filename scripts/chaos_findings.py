@@ -26,6 +26,8 @@ class Reign:
     release_ns: int | None = None
     #: When Highlander sent it a signal it could not survive (SIGKILL, or SIGTERM while running).
     fatal_ns: float | None = None
+    #: Its ``relinquished`` event: the library had let go of the lock (``is_holder`` false).
+    relinquished_ns: float | None = None
     #: The pid its ``claimed`` event names as its predecessor (a succession).
     predecessor: int | None = None
     #: The process it acknowledged as its successor (``acked``), if any.
@@ -53,6 +55,7 @@ class Reign:
             (self.release_ns, "release line"),
             (p.killed_ns if p else None, "harness SIGKILL"),
             (self.fatal_ns, "Highlander's fatal signal (event time)"),
+            (self.relinquished_ns, "its relinquished event"),
             (p.exit_ns if p else None, f"observed exit, status {p.returncode if p else None}"),
         ]
         known = [(float(ns), how) for ns, how in ends if ns is not None]

@@ -60,6 +60,7 @@ def in_memory() -> int:
         nonce=pair.newcomer.local_nonce.hex(),
         echo=pair.newcomer.peer_nonce.hex(),
         intent=Intent.SUCCEED,
+        app="shop-mcp",
     )
     received += pair.send(new, save)
     parts = ["index.sqlite", "embeddings.bin", "session.json"]

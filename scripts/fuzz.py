@@ -62,7 +62,7 @@ def _transcript() -> dict[Role, bytes]:
 
     send(Role.INCUMBENT, HELLO)
     inc_hex = NONCES[Role.INCUMBENT].hex()
-    send(Role.NEWCOMER, Save(43, 8, NONCES[Role.NEWCOMER].hex(), inc_hex, Intent.SUCCEED))
+    send(Role.NEWCOMER, Save(43, 8, NONCES[Role.NEWCOMER].hex(), inc_hex, Intent.SUCCEED, "fuzz"))
     send(Role.INCUMBENT, ProgressReport(counter=0, note="saving"))
     send(Role.INCUMBENT, ProgressReport(counter=1, done=1, total=2))
     send(Role.INCUMBENT, Saved(handoff={"k": [1, 2.5, None, "v"]}, generation=1))

@@ -170,13 +170,12 @@ class Attacker:
         assert isinstance(event, Message | Closed), event
         return event
 
-    def save_frame(self, intent: Intent = Intent.SUCCEED) -> bytes:
-        """The signed SAVE this client would send now (advances its core)."""
+    def save_frame(self, intent: Intent = Intent.SUCCEED, app: str = APP) -> bytes:
+        """The signed SAVE this client would send now, as ``app`` (advances its core)."""
         me = own_identity()
         assert self.conn.peer_nonce is not None
-        save = Save(
-            me.pid, me.start_time, self.conn.local_nonce.hex(), self.conn.peer_nonce.hex(), intent
-        )
+        nonces = self.conn.local_nonce.hex(), self.conn.peer_nonce.hex()
+        save = Save(me.pid, me.start_time, *nonces, intent, app)
         return self.conn.send(save, time.monotonic())
 
     def status_frame(self) -> bytes:

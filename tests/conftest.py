@@ -94,6 +94,7 @@ def build_save(
         "nonce": nonce.hex(),
         "echo": echo.hex(),
         "intent": Intent.SUCCEED,
+        "app": "shop-mcp",
     }
     values.update(overrides)
     return Save(**values)

@@ -49,7 +49,7 @@ SAMPLES: list[Message] = [
         since_ms=1_000,
         nonce=NONCE_A,
     ),
-    Save(pid=4343, start_time=9, nonce=NONCE_B, echo=NONCE_A, intent=Intent.STOP),
+    Save(pid=4343, start_time=9, nonce=NONCE_B, echo=NONCE_A, intent=Intent.STOP, app="a"),
     ProgressReport(counter=3, done=3, total=10, note='copying\n"quotes" \u2603'),
     ProgressReport(counter=0),
     Saved(handoff={"b": [1, 2.5, None, True], "a": {"nested": "é"}}, generation=7),

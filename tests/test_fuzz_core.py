@@ -95,6 +95,7 @@ MESSAGES: dict[str, st.SearchStrategy[Message]] = {
         nonce=nonces,
         echo=nonces,
         intent=st.sampled_from(Intent),
+        app=nonempty,
     ),
     "PROGRESS": progress_reports(),
     "SAVED": st.builds(

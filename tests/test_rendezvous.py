@@ -17,13 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from highlander._app_name import APP_MAX, APP_NAME_MAX, app_stem, check_app
 from highlander._errors import ConfigurationError, SocketPathTooLongError, UnsafeRuntimeDirError
 from highlander._rendezvous import (
-    APP_MAX,
     PRIVATE_TAG_CHARS,
     RUNTIME_VAR,
     ProjectPaths,
-    app_name,
     choose_runtime_dir,
     ensure_runtime_dir,
     project_key,
@@ -198,35 +197,42 @@ def test_project_key_same_for_two_spellings_of_one_directory(tmp_path: Path) -> 
 # --------------------------------------------------------------------------- app_name
 
 
+@pytest.mark.parametrize("app", ["my-server", "My_Server.v2", "a.b-c_d", "x" * APP_MAX, "-x"])
+def test_a_short_plain_app_name_is_its_own_stem(app: str) -> None:
+    assert check_app(app) == app
+    assert app_stem(app) == app
+
+
 @pytest.mark.parametrize(
-    ("app", "expected"),
+    "app",
     [
-        ("my-server", "my-server"),
-        ("My_Server.v2", "My_Server.v2"),
-        ("my server/v2", "my_server_v2"),
-        ("a:b*c?d", "a_b_c_d"),
-        ("caf\u00e9", "caf_"),
-        ("...hidden", "hidden"),
-        (".a.b", "a.b"),
-        ("../etc/passwd", "_etc_passwd"),
-        ("/", "_"),
-        ("x" * 40, "x" * APP_MAX),
-        ("." * 5 + "y" * 40, "y" * APP_MAX),
+        *("my server/v2", "a:b*c?d", "caf\u00e9", "...hidden", ".a.b", "../etc/passwd"),
+        *("/", ".", "...", "x" * (APP_MAX + 1), "." * 5 + "y" * 40, "a~b", "\u96fb\u8133"),
     ],
 )
-def test_app_name_is_reduced_to_safe_characters(app: str, expected: str) -> None:
-    got = app_name(app)
-    assert got == expected
-    assert re.fullmatch(r"[A-Za-z0-9_\-][A-Za-z0-9._\-]{0,31}", got)
+def test_any_other_app_name_is_used_whole_with_a_hashed_stem(app: str) -> None:
+    assert check_app(app) == app  # never rewritten: the name stays the identity
+    stem = app_stem(app)
+    assert re.fullmatch(r"(?:[A-Za-z0-9_\-][A-Za-z0-9._\-]{0,14})?~[0-9a-f]{16}", stem)
+    assert stem.endswith("~" + hashlib.sha256(app.encode()).hexdigest()[:16])
 
 
-@pytest.mark.parametrize("app", ["", ".", "...", "." * 40])
-def test_app_name_that_reduces_to_empty_is_refused(app: str) -> None:
+@pytest.mark.parametrize(
+    ("app", "problem"),
+    [
+        ("", "empty"),
+        ("a" * (APP_NAME_MAX + 1), f"limit is {APP_NAME_MAX}"),
+        ("my\napp", "control character"),
+        ("nul\x00", "control character"),
+        ("lone\udce9", "not valid Unicode"),
+    ],
+)
+def test_an_app_name_that_cannot_be_used_is_refused_never_rewritten(app: str, problem: str) -> None:
     with pytest.raises(ConfigurationError) as info:
-        app_name(app)
+        check_app(app)
     message = str(info.value)
-    assert repr(app) in message
-    assert "app=" in message
+    assert problem in message
+    assert "--app" in message
 
 
 # --------------------------------------------------------------------------- choose_runtime_dir
@@ -488,9 +494,10 @@ def test_project_paths_default_limit_is_this_platform() -> None:
     assert project_paths(long_dir, "app", ROOT_A).base.startswith("h")
 
 
-def test_project_paths_sanitizes_app() -> None:
+def test_project_paths_name_an_unusual_app_by_its_stem() -> None:
     paths = project_paths("/rt", "my server/v2", ROOT_A, limit=107)
-    assert paths.base == f"my_server_v2-{project_key(ROOT_A).hex()[:16]}"
+    assert paths.base == f"{app_stem('my server/v2')}-{project_key(ROOT_A).hex()[:16]}"
+    assert paths.base.startswith("my_server_v2~")
     assert os.path.dirname(paths.socket) == "/rt"
 
 

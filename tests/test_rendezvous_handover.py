@@ -1,0 +1,52 @@
+"""A rendezvous lost during a save is never handed over (#11 with #10's commit point).
+
+The watch learns of a deleted or replaced lock file from inotify.  A bind
+mount over the lock file changes what the path names without any event in
+the directory, so the watch stays asleep: only the check just before SAVED
+can notice.  Handing out a lock file that is no longer at its path would let
+the holder go on believing it holds beside the next claimer of the path.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from proctools import Children
+
+
+@pytest.mark.timeout(120)
+def test_a_lock_replaced_during_the_save_ends_the_reign_instead_of_a_handover(
+    kids: Children, tmp_path: Path
+) -> None:
+    holder = kids.start(save="normal", steps=6, step_delay=0.25)
+    holder.wait_for("ready")
+    (lock,) = kids.runtime.glob("*.lock")
+    stand_in = tmp_path / "stand-in.lock"
+    stand_in.write_bytes(b"")
+    os.chmod(stand_in, 0o600)
+    newcomer = kids.start()
+    holder.wait_for("saving")
+    mounted = subprocess.run(
+        ["mount", "--bind", str(stand_in), str(lock)], capture_output=True, check=False
+    )
+    if mounted.returncode != 0:
+        newcomer.finish()
+        pytest.skip(f"cannot bind-mount over the lock file here: {mounted.stderr.decode().strip()}")
+    try:
+        status, _, err = holder.finish()
+        report = newcomer.wait_for("ready")
+    finally:
+        subprocess.run(["umount", "-l", str(lock)], check=False)
+    assert status == 0, err.decode()
+    assert report["outcome"] in ("claimed_free", "claimed_stale"), report
+    mine = [e for e in kids.events() if e["pid"] == holder.pid]
+    assert "saved" not in [e["event"] for e in mine], mine
+    (lost,) = [e for e in mine if e["event"] == "lost_rendezvous"]
+    assert "cannot be handed over" in lost["reason"]
+    # The reigns never overlap: the holder's ended before the newcomer's began.
+    (first, second) = sorted(kids.reigns(), key=lambda r: r[2])
+    assert first[0] == holder.pid and second[0] == newcomer.pid
+    assert first[3] <= second[2]
