@@ -111,6 +111,7 @@ def run(
     schedule = make_schedule(seed, events, state_damage)
     root = Path(tempfile.mkdtemp(prefix="highlander-chaos-"))
     lab: Lab | None = None
+    runner: Runner | None = None
     tail = project_log = None
     began = time.monotonic()
     try:
@@ -172,6 +173,8 @@ def run(
             keep_evidence(runner, tail, keep)
         return report
     finally:
+        if runner is not None:
+            runner.starver.feed()  # its busy loop, by pid, whatever happened
         if lab is not None:
             lab.end_all()
         for log in (tail, project_log):

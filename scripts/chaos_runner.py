@@ -24,6 +24,7 @@ from chaos_log import EventTail
 from chaos_procs import Lab, Proc
 from chaos_report import CONVERGENCE_BOUND
 from chaos_schedule import STARTS, Step, child_config
+from chaos_starve import Starver
 
 from highlander._control import query_status
 from highlander._waiting import BLOCKING, run_blocking
@@ -71,6 +72,8 @@ class Runner:
         self.noops: Counter[str] = Counter()
         self.harness: Counter[str] = Counter()
         self.notes: list[str] = []
+        #: The holder kept off the CPU (``starve_holder``), until ``feed_holder``.
+        self.starver = Starver()
         #: (step, kind, what happened, monotonic ns), for --keep.
         self.log: list[tuple[int, str, str, int]] = []
 
@@ -111,6 +114,8 @@ class Runner:
             "pid_reuse": self.pid_reuse,
             "wipe_runtime_dir": self.take_rendezvous,
             "plant": self.take_rendezvous,
+            "starve_holder": self.starve,
+            "feed_holder": self.starve,
         }
         if kind in actions:
             return actions[kind](step)
@@ -198,6 +203,15 @@ class Runner:
         self._signal(proc, signal.SIGKILL, counted="SIGKILL (holder with a forked worker)")
         self.fork_kills.append((proc, time.monotonic_ns()))
 
+    def starve(self, step: Step) -> str:
+        """``starve_holder`` (the holder off the CPU) or its ``feed_holder``."""
+        starver = self.starver
+        feed = step.kind == "feed_holder"
+        note = starver.feed() if feed else starver.starve(self.lab.holder())
+        if not note.startswith("pid "):
+            self.noops[f"{step.kind}: {note}"] += 1
+        return note
+
     def signal_holder(self, step: Step) -> str:
         holder = self.lab.holder()
         if holder is None or (step.kind == "sigstop_holder" and holder.stopped):
@@ -256,6 +270,8 @@ class Runner:
     def undo(self, schedule: list[Step]) -> None:
         """What the settling undoes first: promised SIGCONTs, every newcomer that stopped
         itself, the full disk and a directory at the socket path."""
+        note = self.starver.feed()
+        self.log.append((len(schedule), "feed_holder", note, time.monotonic_ns()))
         for index, proc in self.stopped_by.items():
             step = schedule[index]
             if step.kind == "sigstop_newcomer" or step.params.get("resume_after") is not None:

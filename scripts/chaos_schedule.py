@@ -36,6 +36,8 @@ WEIGHTS: dict[str, float] = {
     "switch_location": 3,  # a newcomer whose XDG_RUNTIME_DIR and TMPDIR point elsewhere
     "plant": 5,  # a FIFO, directory or symlink at .state, .events.jsonl, the socket or the lock
     "fork_worker": 3,  # a holder forks a worker, then is SIGKILLed; the worker lives on
+    # A loaded machine: the holder kept off the CPU (SCHED_IDLE beside a busy loop).
+    "starve_holder": 2,  # `feed_holder` follows
 }
 STARTS = ("start_normal", "start_slow", "start_hang", "start_late_ack")
 STARTS += ("start_stuck", "start_low_nofile", "switch_location", "fork_worker")
@@ -45,6 +47,7 @@ FOLLOW_UPS = {
     "fill_disk": "free_disk",
     "replace_socket": "clear_socket_dir",
     "plant": "clear_plant",
+    "starve_holder": "feed_holder",
 }
 #: Parameters a follow-up carries over from the step that needs it.
 CARRIED = ("target",)
@@ -170,6 +173,7 @@ _PARAMS: dict[str, Callable[[random.Random], dict[str, Any]]] = {
     "switch_location": _newcomer,
     "plant": _plant,
     "fork_worker": _fork_worker,
+    "starve_holder": lambda rng: {"after": _later(rng)},
 }
 #: Parameters of a start step that are the harness's, not the child's.
 _HARNESS_KEYS = ("fate", "after", "count")

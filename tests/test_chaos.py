@@ -63,6 +63,8 @@ def test_the_schedule_has_issue_10s_faults_at_500_events() -> None:
         "free_disk",
         "clear_socket_dir",
         "storm",
+        "starve_holder",
+        "feed_holder",
     } <= kinds
     variants = {s.params["variant"] for s in schedule if s.kind == "replace_socket"}
     assert {"fifo", "symlink", "directory"} <= variants

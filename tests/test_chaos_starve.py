@@ -1,0 +1,48 @@
+"""The chaos fault ``starve_holder`` does what it says, and undoes it (real scheduling)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+sys.path.append(str(Path(__file__).resolve().parent.parent / "scripts"))
+
+from chaos_starve import Starver
+
+
+def _policies(pid: int) -> set[int]:
+    return {os.sched_getscheduler(int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
+
+
+def test_starve_then_feed_a_real_process() -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2 or not hasattr(os, "SCHED_IDLE"):
+        pytest.skip("needs two CPUs")
+    code = "import threading, time; threading.Thread(target=time.sleep, args=(60,)).start()"
+    victim = subprocess.Popen([sys.executable, "-c", code + "; time.sleep(60)"])
+    try:
+        proc = SimpleNamespace(pid=victim.pid, stopped=False, alive=True)
+        starver = Starver()
+        assert starver.starve(None) == "no running holder"
+        assert starver.starve(proc).startswith(f"pid {victim.pid} starved")  # type: ignore[arg-type]
+        assert starver.hog is not None
+        hog = starver.hog.pid
+        assert _policies(victim.pid) == {os.SCHED_IDLE}
+        assert os.sched_getaffinity(victim.pid) == {cpus[0]}
+        assert (
+            os.sched_getaffinity(hog) == {cpus[0]} and os.getpriority(os.PRIO_PROCESS, hog) == -20
+        )
+        assert starver.starve(proc) == "a holder is starved already"  # type: ignore[arg-type]
+        assert starver.feed() == f"pid {victim.pid} fed"
+        assert _policies(victim.pid) == {os.SCHED_OTHER}
+        assert os.sched_getaffinity(victim.pid) == set(cpus)
+        assert starver.hog is None and not Path(f"/proc/{hog}").exists()
+        assert starver.feed() == "nothing starved"
+    finally:
+        victim.kill()
+        victim.wait()
