@@ -55,7 +55,6 @@ def test_ide_md_shows_exactly_what_token_prints(kids: Children) -> None:
     done = cli(kids, "token", "--json", "--app", "notes")
     printed = json.loads(done.stdout)
     expected = [
-        text.replace(printed["token"], IDE_EXAMPLE_TOKEN)
-        for text in printed["snippets"].values()
+        text.replace(printed["token"], IDE_EXAMPLE_TOKEN) for text in printed["snippets"].values()
     ]
     assert [json.loads(text) for text in shown] == [json.loads(text) for text in expected]
