@@ -169,10 +169,17 @@ class Sandbox:
 
     def close(self) -> None:
         """End every process started here by its pid, then remove the runtime dir."""
+        from highlander._termination import signal_child  # noqa: PLC0415 - the only signaller
+
         for proc in self._started:
             if proc.poll() is None:
+                # Not reaped yet, so the pid is still this child's: its pidfd names it.
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGKILL)  # not reaped yet: the pid is still ours
+                    pidfd = os.pidfd_open(proc.pid)
+                    try:
+                        signal_child(pidfd, signal.SIGKILL)
+                    finally:
+                        os.close(pidfd)
             with contextlib.suppress(subprocess.TimeoutExpired, ValueError):
                 proc.communicate(timeout=WAIT)
         shutil.rmtree(self.runtime_dir, ignore_errors=True)

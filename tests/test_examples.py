@@ -97,3 +97,11 @@ def test_importing_highlander_or_its_testing_module_does_not_import_pytest() -> 
         [sys.executable, "-c", code], capture_output=True, timeout=WAIT, check=False
     )
     assert done.returncode == 0, done.stderr.decode()
+
+
+def test_the_sandbox_ends_what_it_started_by_pid(tmp_path: Path) -> None:
+    sandbox = Sandbox.create(tmp_path)
+    sleeper = sandbox.start([sys.executable, "-c", "import time; time.sleep(600)"])
+    sandbox.close()
+    assert sleeper.returncode == -9
+    assert not sandbox.runtime_dir.exists()
