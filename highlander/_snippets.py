@@ -1,16 +1,36 @@
-"""IDE configuration snippets for ``highlander token`` (and the docs)."""
+"""IDE configuration snippets for ``highlander token`` (and the docs).
+
+The snippets follow docs/rollout.md: every client starts in ``observe``
+(a client already on ``auto`` would replace servers whose other clients
+have not opted in yet).  The command is a placeholder, because only the
+user knows which interpreter has both their server's dependencies and
+Highlander installed; a bare ``python3`` is usually the system one, which
+has neither.
+"""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+#: Where the snippets leave the interpreter for the user to fill in.
+PYTHON_PLACEHOLDER = "/path/to/your-server/.venv/bin/python"
+#: The mode every client starts in (docs/rollout.md, stage 1).
+FIRST_MODE = "observe"
+#: What ``highlander token`` prints between the token and the snippets.
+NOTES = (
+    f"# Replace {PYTHON_PLACEHOLDER} with the python of the environment that has",
+    "# your server and Highlander installed (docs/quickstart.md), and the script path.",
+    f"# Every client starts with HIGHLANDER_MODE={FIRST_MODE}, then warn, then auto"
+    " (docs/rollout.md).",
+)
+
 
 def _server(token_value: str, app: str, *, stdio_type: bool = False) -> dict[str, Any]:
     server: dict[str, Any] = {
-        "command": "python3",
+        "command": PYTHON_PLACEHOLDER,
         "args": [f"/path/to/{app}.py"],
-        "env": {"HIGHLANDER_TOKEN": token_value, "HIGHLANDER_MODE": "auto"},
+        "env": {"HIGHLANDER_TOKEN": token_value, "HIGHLANDER_MODE": FIRST_MODE},
     }
     return {"type": "stdio", **server} if stdio_type else server
 

@@ -266,7 +266,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _token(args: argparse.Namespace) -> int:
-    from highlander._snippets import snippets  # noqa: PLC0415
+    from highlander._snippets import NOTES, snippets  # noqa: PLC0415
 
     token = secrets.token_urlsafe(32)
     found = snippets(token, args.app or "my-server")
@@ -274,6 +274,7 @@ def _token(args: argparse.Namespace) -> int:
         print_json({"token": token, "snippets": found})
         return OK
     sys.stdout.write(f"{token}\n\n")
+    sys.stdout.write("".join(f"{note}\n" for note in NOTES) + "\n")
     for client, text in found.items():
         sys.stdout.write(f"# {client}\n{text}\n\n")
     return OK

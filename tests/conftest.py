@@ -34,6 +34,10 @@ from highlander._pair import ConnectionPair
 from highlander._signing import derive_key
 from highlander._state import Role
 
+#: The sandbox fixture users get (docs/guide.md, "Testing your server"); the
+#: examples' tests use it as theirs would.
+pytest_plugins = ["highlander.testing"]
+
 #: The newcomer's and the incumbent's session nonces in core tests.
 CORE_NEWCOMER_NONCE = bytes.fromhex("11" * 16)
 CORE_INCUMBENT_NONCE = bytes.fromhex("22" * 16)
