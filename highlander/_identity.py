@@ -91,15 +91,28 @@ def _proc_identity(pid: int) -> ProcessIdentity | None:
     return ProcessIdentity(pid=pid, start_time=start_time, exe=exe, uid=status)
 
 
-def run_state(pid: int) -> tuple[str, int] | None:
-    """(state letter, utime + stime in clock ticks) from ``/proc/<pid>/stat``; ``None`` if gone."""
+def stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` from the state on (field 3 is index 0); ``None`` if gone.
+
+    One read gives the state, parent, process group and start time together,
+    so they describe one process even if the pid is reused right after.
+    """
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             stat = handle.read()
+        # comm (field 2) may hold spaces and parentheses: split after the last ')'.
         fields = stat[stat.rindex(b")") + 2 :].split()
-        return fields[0].decode(), int(fields[11]) + int(fields[12])
-    except (OSError, ValueError, IndexError):
+    except (OSError, ValueError):
         return None
+    return fields if len(fields) > 19 else None
+
+
+def run_state(pid: int) -> tuple[str, int] | None:
+    """(state letter, utime + stime in clock ticks) from ``/proc/<pid>/stat``; ``None`` if gone."""
+    fields = stat_fields(pid)
+    if fields is None:
+        return None
+    return fields[0].decode(), int(fields[11]) + int(fields[12])
 
 
 def is_halted(pid: int) -> bool:
