@@ -261,7 +261,7 @@ def test_a_command_that_ignores_sigterm_is_killed_after_the_wind_down(
 
 
 def test_a_slow_exit_past_the_stall_deadline_is_not_a_hang(trees: Trees, kids: Children) -> None:
-    a_wrapper = trees.wrap("a", "--slow-exit", "4")
+    a_wrapper = trees.wrap("a", "--slow-exit", "4", tree=False)
     a = trees.ready("a")
     # The successor gives up on a save that does not advance for 1.5 s; the
     # command needs 4 s to exit, and the wrapper keeps reporting meanwhile.
