@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from highlander._deadlines import Timeouts
+from highlander._descendants import readable
 from highlander._ending import leave_process
 from highlander._errors import ConfigurationError, HighlanderError
 from highlander._events import Event, EventLog
@@ -42,7 +43,7 @@ from highlander._highlander import Highlander
 from highlander._log import flush
 from highlander._progress import Progress
 from highlander._termination import KILL_WAIT
-from highlander._tree import Ending, Tree, become_subreaper, readable
+from highlander._tree import Ending, Tree, become_subreaper
 from highlander._tree_record import Recorder, end_left_over, tree_path
 
 PROGRESS_VAR = "HIGHLANDER_PROGRESS_FD"
@@ -106,12 +107,15 @@ class Wrapper:
             GENERATION_VAR: str(handle.generation),
             HANDOFF_VAR: json.dumps(handle.handoff),
         }
-        try:
-            self.tree = Tree.spawn(self.argv, env, (self.write_end,))
-        finally:
-            os.close(self.write_end)
-        self.recorder = Recorder(self.tree, record, handle.generation)
-        self.recorder.start()
+        with self._end_lock:  # a save that came first must not find half a tree
+            try:
+                if self._ending is not None:
+                    return  # the reign ended before the command started: never start it
+                self.tree = Tree.spawn(self.argv, env, (self.write_end,))
+            finally:
+                os.close(self.write_end)
+            self.recorder = Recorder(self.tree, record, handle.generation)
+            self.recorder.start()
         threading.Thread(target=self._pump_progress, name="highlander-run", daemon=True).start()
 
     def _pump_progress(self) -> None:
@@ -142,7 +146,8 @@ class Wrapper:
     def supervise(self) -> Ending:
         """Wait until the command exits or a terminating signal comes; end the tree."""
         tree = self.tree
-        assert tree is not None
+        if tree is None:
+            return self.end("the reign ended before the command started", None)
         while self.signalled is None and not tree.exited():
             readable([tree.pidfd, self._wake_read], None)
         signum = self.signalled
@@ -156,15 +161,18 @@ class Wrapper:
     def end(self, why: str, signum: int | None, *, signalled: bool = False) -> Ending:
         """End the tree once, whichever thread asks first; later callers get the same result."""
         with self._end_lock:
-            if self._ending is None:
-                tree, recorder = self.tree, self.recorder
-                assert tree is not None and recorder is not None
-                recorder.stop()
-                ending = tree.end(signum, self.wind_down, self._beat, group_signalled=signalled)
-                recorder.discard()
-                self._report(ending, why)
-                self._ending = ending
-            return self._ending
+            if self._ending is not None:
+                return self._ending
+            tree, recorder = self.tree, self.recorder
+            if tree is None or recorder is None:
+                self._ending = Ending(0, False, 0, 0.0)  # nothing ran, and nothing will
+                return self._ending
+            recorder.stop()
+            ending = tree.end(signum, self.wind_down, self._beat, group_signalled=signalled)
+            recorder.discard()
+            self._report(ending, why)
+            self._ending = ending
+            return ending
 
     def _report(self, ending: Ending, why: str) -> None:
         if self.events is None:

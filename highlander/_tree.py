@@ -40,7 +40,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from highlander._identity import process_identity, stat_fields
+from highlander._descendants import Proc, descendants, open_verified, readable, send
 from highlander._log import log
 from highlander._termination import KILL_WAIT, signal_child
 from highlander._values import Value
@@ -101,72 +101,6 @@ def become_subreaper() -> bool:
         return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
     except (OSError, AttributeError):  # pragma: no cover - not Linux
         return False
-
-
-class Proc(Value):
-    """One process as one read of ``/proc/<pid>/stat`` saw it."""
-
-    pid: int
-    ppid: int
-    pgid: int
-    start_time: int
-    state: str
-
-    @property
-    def alive(self) -> bool:
-        """Not a zombie (a zombie has ended; it only waits to be reaped)."""
-        return self.state not in "ZXx"
-
-
-def _proc(pid: int) -> Proc | None:
-    fields = stat_fields(pid)
-    if fields is None:
-        return None
-    return Proc(pid, int(fields[1]), int(fields[2]), int(fields[19]), fields[0].decode())
-
-
-def descendants(root: int) -> list[Proc]:
-    """Every process below ``root`` now, parents before children (from one pass over /proc)."""
-    children: dict[int, list[Proc]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit() and (proc := _proc(int(name))) is not None:
-            children.setdefault(proc.ppid, []).append(proc)
-    found: list[Proc] = []
-    todo = [root]
-    while todo:
-        kids = children.get(todo.pop(), [])
-        found += kids
-        todo += [kid.pid for kid in kids]
-    return found
-
-
-def open_verified(pid: int, start_time: int) -> int | None:
-    """A pidfd on ``pid`` if it is still the process that started at ``start_time``; else ``None``.
-
-    The pidfd is opened first: once it is, a reused pid cannot redirect it.
-    """
-    try:
-        fd = os.pidfd_open(pid)
-    except (ProcessLookupError, OSError):
-        return None
-    who = process_identity(pid)
-    if who is None or who.start_time != start_time:
-        os.close(fd)
-        return None
-    return fd
-
-
-def readable(fds: Sequence[int], timeout: float | None) -> bool:
-    """Whether any of ``fds`` (pidfds: readable once their process ended) is readable in time.
-
-    ``timeout`` ``None``: wait as long as it takes.
-    """
-    import selectors  # noqa: PLC0415 - select() refuses descriptors from 1024 on
-
-    with selectors.DefaultSelector() as sel:
-        for fd in fds:
-            sel.register(fd, selectors.EVENT_READ)
-        return bool(sel.select(None if timeout is None else max(timeout, 0.0)))
 
 
 class Ending(Value):
@@ -252,7 +186,7 @@ class Tree:
         child is unreaped (it is reaped only at the end of :meth:`end`).
         """
         if not self.reaped:
-            with contextlib.suppress(ProcessLookupError):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pgid, signum)
 
     def signal_leader(self, signum: int) -> None:
@@ -260,17 +194,23 @@ class Tree:
         if not self.reaped:
             signal_child(self.pidfd, signum)
 
-    def members(self) -> list[Proc]:
-        """The live processes of the tree (the guard left out)."""
-        return [p for p in descendants(os.getpid()) if p.alive and p.pid != self.guard]
+    def look(self) -> list[Proc]:
+        """Reap descendants reparented to us that have exited; return the live ones.
 
-    def reap_orphans(self) -> None:
-        """Reap descendants reparented to us that have exited (not the command, not the guard)."""
+        The command is reaped only by :meth:`end` (while it is not, its
+        group's id cannot be reused), the guard only once it is done.  The
+        guard is not among the processes returned.
+        """
         me, keep = os.getpid(), (self.child.pid, self.guard)
+        live = []
         for proc in descendants(me):
-            if proc.ppid == me and not proc.alive and proc.pid not in keep:
+            if proc.alive:
+                if proc.pid != self.guard:
+                    live.append(proc)
+            elif proc.ppid == me and proc.pid not in keep:
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(proc.pid, os.WNOHANG)
+        return live
 
     def end(
         self,
@@ -312,9 +252,13 @@ class Tree:
                 os.close(fd)
             self.reaped = True  # from here the group's id may be freed: signal it no more
             self._end_guard()
-        returncode = self.child.wait()
+        try:
+            returncode = self.child.wait(timeout=KILL_WAIT)
+        except subprocess.TimeoutExpired:  # SIGKILLed, and stuck in the kernel (D state)
+            log("warning", "command_not_reaped", pid=self.pgid)
+            returncode = -signal.SIGKILL
         os.close(self.pidfd)
-        self.reap_orphans()
+        self.look()
         others = sum(pid != self.pgid for pid, _ in watched)
         return Ending(returncode, not ended, others, time.monotonic() - started)
 
@@ -331,8 +275,7 @@ class Tree:
         ``False`` if some of it is still there at ``deadline``.
         """
         while True:
-            self.reap_orphans()
-            left = self.members()
+            left = self.look()
             if not left:
                 return True
             if time.monotonic() >= deadline:
@@ -344,8 +287,7 @@ class Tree:
                 watched[key] = fd
                 # The group had the signal already: a second one may cut a clean exit short.
                 if group_too or proc.pgid != self.pgid:
-                    with contextlib.suppress(ProcessLookupError):
-                        signal.pidfd_send_signal(fd, signal.SIGTERM)
+                    send(fd, signal.SIGTERM)
             fds = [watched[key] for p in left if (key := (p.pid, p.start_time)) in watched]
             if not readable(fds, min(HEARTBEAT, deadline - time.monotonic())):
                 beat(waiting(f"{len(left)} process(es) the command left")())
@@ -354,7 +296,7 @@ class Tree:
         self, beat: Callable[[str], None], limit: float, seen: dict[tuple[int, int], int]
     ) -> None:
         """SIGKILL the group and every descendant left; wait (bounded) until they are gone."""
-        left = self.members()
+        left = self.look()
         beat(f"the wind-down limit of {limit:g} s passed: SIGKILL to {len(left)} process(es)")
         until = time.monotonic() + KILL_WAIT
         while left and time.monotonic() < until:
@@ -367,11 +309,9 @@ class Tree:
                     seen[key] = fd
                 if fd is not None:
                     fds.append(fd)
-                    with contextlib.suppress(ProcessLookupError):
-                        signal.pidfd_send_signal(fd, signal.SIGKILL)
+                    send(fd, signal.SIGKILL)
             readable(fds, min(0.1, until - time.monotonic()))
-            self.reap_orphans()
-            left = self.members()
+            left = self.look()
 
     def _end_guard(self) -> None:
         """Close the guard's pipe (it SIGKILLs what is left of its group, itself too); reap it."""
@@ -381,7 +321,7 @@ class Tree:
         if self.guard is None or self._guard_fd < 0:
             return
         if not readable([self._guard_fd], KILL_WAIT):
-            signal_child(self._guard_fd, signal.SIGKILL)  # our unreaped child: verified enough
+            signal_child(self._guard_fd, signal.SIGKILL)  # a pidfd names one process for good
             readable([self._guard_fd], KILL_WAIT)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self.guard, os.WNOHANG)

@@ -21,13 +21,14 @@ import os
 import signal
 import threading
 
+from highlander._descendants import open_verified, readable
 from highlander._errors import HighlanderError
 from highlander._events import Event
 from highlander._files import install, open_regular, stage
 from highlander._identity import boot_id, own_identity
 from highlander._settings import Settings
 from highlander._termination import KILL_WAIT
-from highlander._tree import Tree, open_verified, readable
+from highlander._tree import Tree
 from highlander._values import Value
 
 #: Seconds between looks at the tree: short at first (a launcher starts its
@@ -110,8 +111,7 @@ class Recorder:
         with self._lock:
             if self._stopped.is_set():
                 return False
-            self.tree.reap_orphans()
-            processes = sorted([p.pid, p.start_time] for p in self.tree.members())
+            processes = sorted([p.pid, p.start_time] for p in self.tree.look())
             if processes == self._written:
                 return False
             self._written = processes
