@@ -4,14 +4,12 @@ Linux only, as ``highlander run`` is: one pass over ``/proc`` finds every
 descendant with its parent, process group and start time from a single
 read each, so what is recorded about a process describes one process even
 if its pid is reused right after.  A process is signalled only through a
-pidfd opened before its start time and uid are checked.
+pidfd opened before its start time and uid are checked (:func:`open_verified`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 from collections.abc import Sequence
 
 from highlander._identity import process_identity, stat_fields
@@ -83,9 +81,3 @@ def readable(fds: Sequence[int], timeout: float | None) -> bool:
         for fd in fds:
             sel.register(fd, selectors.EVENT_READ)
         return bool(sel.select(None if timeout is None else max(timeout, 0.0)))
-
-
-def send(pidfd: int, signum: int) -> None:
-    """Send ``signum`` through ``pidfd``; skip a process that ended or that we may not signal."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        signal.pidfd_send_signal(pidfd, signum)

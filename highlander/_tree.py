@@ -40,9 +40,9 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from highlander._descendants import Proc, descendants, open_verified, readable, send
+from highlander._descendants import Proc, descendants, open_verified, readable
 from highlander._log import log
-from highlander._termination import KILL_WAIT, signal_child
+from highlander._termination import KILL_WAIT, signal_child, signal_own_group
 from highlander._values import Value
 
 #: prctl(2) options.
@@ -186,8 +186,7 @@ class Tree:
         child is unreaped (it is reaped only at the end of :meth:`end`).
         """
         if not self.reaped:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pgid, signum)
+            signal_own_group(self.pgid, signum)
 
     def signal_leader(self, signum: int) -> None:
         """Send ``signum`` to the direct child only."""
@@ -287,7 +286,7 @@ class Tree:
                 watched[key] = fd
                 # The group had the signal already: a second one may cut a clean exit short.
                 if group_too or proc.pgid != self.pgid:
-                    send(fd, signal.SIGTERM)
+                    signal_child(fd, signal.SIGTERM)
             fds = [watched[key] for p in left if (key := (p.pid, p.start_time)) in watched]
             if not readable(fds, min(HEARTBEAT, deadline - time.monotonic())):
                 beat(waiting(f"{len(left)} process(es) the command left")())
@@ -309,7 +308,7 @@ class Tree:
                     seen[key] = fd
                 if fd is not None:
                     fds.append(fd)
-                    send(fd, signal.SIGKILL)
+                    signal_child(fd, signal.SIGKILL)
             readable(fds, min(0.1, until - time.monotonic()))
             left = self.look()
 

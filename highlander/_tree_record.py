@@ -27,7 +27,7 @@ from highlander._events import Event
 from highlander._files import install, open_regular, stage
 from highlander._identity import boot_id, own_identity
 from highlander._settings import Settings
-from highlander._termination import KILL_WAIT
+from highlander._termination import KILL_WAIT, signal_child
 from highlander._tree import Tree
 from highlander._values import Value
 
@@ -168,11 +168,10 @@ def end_left_over(settings: Settings) -> int:
         ):
             alive = {key: fd for key, fd in pidfds.items() if not readable([fd], 0)}
             for (pid, start), fd in alive.items():
-                try:
-                    signal.pidfd_send_signal(fd, signum)
-                except ProcessLookupError:
-                    continue
-                events.emit(event, peer_pid=pid, start_time=start, signal=signum.name, reason=why)
+                if signal_child(fd, signum):
+                    events.emit(
+                        event, peer_pid=pid, start_time=start, signal=signum.name, reason=why
+                    )
             _all_ended(list(alive.values()), wait)
     finally:
         for fd in pidfds.values():
