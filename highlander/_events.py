@@ -75,6 +75,8 @@ class Event(enum.StrEnum):
     LEGACY_REMOVED = "legacy_removed"
     LEGACY_KEPT = "legacy_kept"
     UNSAFE_FILE = "unsafe_file"  # something other than our regular file had a file's name
+    COMMAND_EXITED = "command_exited"  # `highlander run`: the wrapped command's tree ended
+    TREE_KILLED = "tree_killed"  # `highlander run`: SIGKILL to what outlived the wind-down limit
 
 
 class Outcome(enum.StrEnum):

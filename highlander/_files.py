@@ -13,6 +13,7 @@ checks no call here can hang.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -122,3 +123,48 @@ def current_file_id(path: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino
+
+
+def stage(path: str, data: bytes) -> str:
+    """Write ``data`` to a private file beside ``path``; return its name (see :func:`install`).
+
+    Everything that can fail for want of space or permission fails here.  A
+    directory at ``path`` is refused (:class:`UnsafeFileError`): a rename
+    could not replace it.
+    """
+    if os.path.isdir(path) and not os.path.islink(path):
+        raise unsafe(path, lstat_problem(path) or "it is a directory")
+    tmp = f"{path}.{os.urandom(6).hex()}.tmp"
+    fd = open_regular(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+    except BaseException:
+        discard(tmp)
+        raise
+    return tmp
+
+
+def install(staged: str, path: str) -> None:
+    """Rename a staged file over ``path`` (needs no space: the data is written).
+
+    A FIFO or symlink at ``path`` is replaced (``rename`` never follows or
+    opens it); a directory cannot be: :class:`UnsafeFileError` names it.
+    """
+    try:
+        os.replace(staged, path)
+    except OSError:
+        discard(staged)
+        why = lstat_problem(path)
+        if why is None:
+            raise
+        raise unsafe(path, why) from None
+    except BaseException:
+        discard(staged)
+        raise
+
+
+def discard(staged: str) -> None:
+    """Remove a staged file that will not be installed."""
+    with contextlib.suppress(OSError):
+        os.unlink(staged)

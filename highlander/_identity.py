@@ -8,7 +8,6 @@ fallback where ``/proc`` is absent (imported only there).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 from functools import cache
@@ -96,6 +95,24 @@ def _proc_identity(pid: int) -> ProcessIdentity | None:
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
+def stat_fields(pid: int, tid: int | None = None) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` from the state on (field 3 is index 0); ``None`` if gone.
+
+    One read gives the state, parent, process group and start time together,
+    so they describe one process even if the pid is reused right after.
+    With ``tid``, the fields of that thread of ``pid``.
+    """
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    try:
+        with open(path, "rb") as handle:
+            stat = handle.read()
+        # comm (field 2) may hold spaces and parentheses: split after the last ')'.
+        fields = stat[stat.rindex(b")") + 2 :].split()
+    except (OSError, ValueError):
+        return None
+    return fields if len(fields) > 19 else None
+
+
 def run_state(pid: int) -> tuple[str, int] | None:
     """(state letter, utime + stime in clock ticks) of a process; ``None`` if gone.
 
@@ -105,28 +122,18 @@ def run_state(pid: int) -> tuple[str, int] | None:
     asleep the threads are asked too: one running (``R``) or waiting for the
     disk (``D``) makes the process's state.
     """
-    try:
-        state, ticks = _stat_fields(f"/proc/{pid}/stat")
-    except (OSError, ValueError, IndexError):
+    fields = stat_fields(pid)
+    if fields is None:
         return None
+    state, ticks = fields[0].decode(), int(fields[11]) + int(fields[12])
     if state in "SI":
         try:
             tids = os.listdir(f"/proc/{pid}/task")
         except OSError:
             tids = []
-        states = set()
-        for tid in tids:
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                states.add(_stat_fields(f"/proc/{pid}/task/{tid}/stat")[0])
+        states = {t[0].decode() for t in (stat_fields(pid, int(tid)) for tid in tids) if t}
         state = next((s for s in "RD" if s in states), state)
     return state, ticks
-
-
-def _stat_fields(path: str) -> tuple[str, int]:
-    with open(path, "rb") as handle:
-        stat = handle.read()
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    return fields[0].decode(), int(fields[11]) + int(fields[12])
 
 
 def is_halted(pid: int) -> bool:

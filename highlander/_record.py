@@ -13,12 +13,11 @@ would ever signal a process that cannot answer, to verify who that process is.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 
 from highlander._errors import HighlanderError
-from highlander._files import lstat_problem, open_regular, unsafe
+from highlander._files import discard, install, open_regular, stage
 from highlander._values import Value
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
@@ -104,35 +103,14 @@ def stage_record(path: str, record: HolderRecord) -> str:
     ``path`` is refused here too (:class:`~highlander._errors.UnsafeFileError`):
     a rename could not replace it.
     """
-    if os.path.isdir(path) and not os.path.islink(path):
-        raise unsafe(path, lstat_problem(path) or "it is a directory")
-    tmp = f"{path}.{os.urandom(6).hex()}.tmp"
-    fd = open_regular(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(json.dumps(record._asdict(), separators=(",", ":")).encode())
-    except BaseException:
-        discard_record(tmp)
-        raise
-    return tmp
+    return stage(path, json.dumps(record._asdict(), separators=(",", ":")).encode())
 
 
 def install_record(staged: str, path: str) -> None:
     """Rename a staged record over ``path`` (needs no space: the data is written)."""
-    try:
-        os.replace(staged, path)
-    except OSError:
-        discard_record(staged)
-        why = lstat_problem(path)
-        if why is None:
-            raise
-        raise unsafe(path, why) from None
-    except BaseException:
-        discard_record(staged)
-        raise
+    install(staged, path)
 
 
 def discard_record(staged: str) -> None:
     """Remove a staged record that will not be installed."""
-    with contextlib.suppress(OSError):
-        os.unlink(staged)
+    discard(staged)

@@ -1,15 +1,26 @@
 """``highlander run -- CMD``: make any command (say, a Node MCP server) a singleton.
 
-The wrapper holds the project and runs the command as its child with stdin,
-stdout and stderr inherited untouched: the JSON-RPC stream passes byte for
-byte, and the wrapper never reads or writes it.  Signals the wrapper gets
-are forwarded.  When a successor asks, the child gets ``--on-save-signal``
-(default SIGTERM); the wrapper reports PROGRESS while the child winds down
-(plus one step per line the child writes to the descriptor named in
-``HIGHLANDER_PROGRESS_FD``, if it wants) and SAVED once the child exited.
-The wrapper's exit status is the child's (128 + N for a child ended by
-signal N).  The child finds the predecessor's handoff (JSON) in
-``HIGHLANDER_HANDOFF`` and the reign's generation in ``HIGHLANDER_GENERATION``.
+The wrapper holds the project and runs the command with stdin, stdout and
+stderr inherited untouched: the JSON-RPC stream passes byte for byte, and
+the wrapper never reads or writes it.  It owns the command's whole process
+tree (:mod:`highlander._tree`: own session, subreaper, death signal, guard)
+and ends all of it, group first and then any other descendant, when the
+command exits, when the wrapper gets SIGINT, SIGTERM, SIGHUP or SIGQUIT
+(forwarded to the group first; SIGUSR1, SIGUSR2 and SIGWINCH go to the
+command only), and when its reign ends.
+
+When a successor asks, the group gets ``--on-save-signal`` (default
+SIGTERM).  While the tree winds down the wrapper reports PROGRESS every
+:data:`~highlander._tree.HEARTBEAT` seconds (plus one step per line the
+command writes to the descriptor named in ``HIGHLANDER_PROGRESS_FD``), so
+the successor never takes it for hung; after ``--wind-down`` seconds
+(:data:`WIND_DOWN`) whatever is left is SIGKILLed (event ``tree_killed``).
+SAVED follows once the tree is gone, with ``{"command": [...],
+"exit_status": N}``, and the deposed wrapper exits 0.  Otherwise the
+wrapper exits with the command's status (128 + N for a command ended by
+signal N).  The command finds the predecessor's handoff (JSON) in
+``HIGHLANDER_HANDOFF`` and the reign's generation in
+``HIGHLANDER_GENERATION``.  docs/mcp.md has the table of exit statuses.
 """
 
 from __future__ import annotations
@@ -17,31 +28,36 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import signal
-import subprocess
 import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 from highlander._command_name import command_app
-from highlander._errors import HighlanderError
+from highlander._deadlines import Timeouts
+from highlander._descendants import readable
+from highlander._ending import leave_process
+from highlander._errors import ConfigurationError, HighlanderError
+from highlander._events import Event, EventLog
 from highlander._highlander import Highlander
 from highlander._log import flush
 from highlander._progress import Progress
-from highlander._termination import signal_child
+from highlander._termination import KILL_WAIT
+from highlander._tree import Ending, Tree, become_subreaper
+from highlander._tree_record import Recorder, end_left_over, tree_path
 
 PROGRESS_VAR = "HIGHLANDER_PROGRESS_FD"
-FORWARDED = (
-    signal.SIGINT,
-    signal.SIGTERM,
-    signal.SIGHUP,
-    signal.SIGQUIT,
-    signal.SIGUSR1,
-    signal.SIGUSR2,
-    signal.SIGWINCH,
-)
+HANDOFF_VAR = "HIGHLANDER_HANDOFF"
+GENERATION_VAR = "HIGHLANDER_GENERATION"
+#: Signals that ask the wrapper to end: forwarded to the group, then the tree is ended.
+TERMINATING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+FORWARDED = (*TERMINATING, signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH)
+#: Default ``--wind-down``: how long the tree has to exit before it is SIGKILLed.
+WIND_DOWN = 30.0
+#: The longest ``--wind-down``: a successor waits at most its save ceiling, and
+#: killing what is left (and the guard) may take up to twice KILL_WAIT more.
+MAX_WIND_DOWN = Timeouts().ceiling - 2 * KILL_WAIT
 
 
 def default_app(argv: Sequence[str]) -> str:
@@ -60,64 +76,147 @@ def exit_status(returncode: int) -> int:
 
 
 class Wrapper:
-    """One wrapped command: its process, its pidfd and the succession bookkeeping."""
+    """One wrapped command: its tree, its record, and the succession bookkeeping."""
 
-    def __init__(self, argv: Sequence[str], save_signal: int) -> None:
+    def __init__(self, argv: Sequence[str], save_signal: int, wind_down: float) -> None:
         self.argv = list(argv)
         self.save_signal = save_signal
-        self.child: subprocess.Popen[bytes] | None = None
-        self.pidfd = -1
-        self.saving = threading.Event()
+        self.wind_down = wind_down
+        self.tree: Tree | None = None
+        self.recorder: Recorder | None = None
+        self.events: EventLog | None = None
+        #: The save in flight, if any: heartbeats and the command's lines go to it.
         self.progress: Progress | None = None
+        #: The reign is ending through Highlander (a save, on_deposed): it leaves the process.
+        self.leaving = threading.Event()
+        #: The terminating signal the wrapper got, if any, and whether the group had it.
+        self.signalled: int | None = None
+        self.forwarded = False
+        self._ending: Ending | None = None
+        self._end_lock = threading.Lock()
         self.read_end, self.write_end = os.pipe()
-        os.set_inheritable(self.read_end, False)
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_write, False)
 
-    def start(self, handle: Highlander) -> None:
-        """Spawn the command, handing it the progress descriptor and the handoff."""
+    def start(self, handle: Highlander, record: str | None) -> None:
+        """Spawn the command's tree with the progress descriptor and the handoff; record it."""
         env = {
             **os.environ,
             PROGRESS_VAR: str(self.write_end),
-            "HIGHLANDER_GENERATION": str(handle.generation),
-            "HIGHLANDER_HANDOFF": json.dumps(handle.handoff),
+            GENERATION_VAR: str(handle.generation),
+            HANDOFF_VAR: json.dumps(handle.handoff),
         }
-        self.child = subprocess.Popen(self.argv, env=env, pass_fds=(self.write_end,))  # noqa: S603
-        os.close(self.write_end)
-        self.pidfd = os.pidfd_open(self.child.pid)
+        with self._end_lock:  # a save that came first must not find half a tree
+            try:
+                if self._ending is not None:
+                    return  # the reign ended before the command started: never start it
+                self.tree = Tree.spawn(self.argv, env, (self.write_end,))
+            finally:
+                os.close(self.write_end)
+            self.recorder = Recorder(self.tree, record, handle.generation)
+            self.recorder.start()
         threading.Thread(target=self._pump_progress, name="highlander-run", daemon=True).start()
 
     def _pump_progress(self) -> None:
-        # Drained always, so a chatty child never blocks on a full pipe.
+        # Drained always, so a chatty command never blocks on a full pipe.
         with os.fdopen(self.read_end, "rb", buffering=0) as lines:
             for line in lines:
-                progress = self.progress
-                if progress is not None:
-                    progress.advance(line.decode(errors="replace").strip()[:1024])
+                self._beat(line.decode(errors="replace").strip()[:1024])
+
+    def _beat(self, note: str) -> None:
+        progress = self.progress
+        if progress is not None:
+            progress.advance(note)
 
     def forward(self, signum: int, _frame: Any) -> None:
-        """Signal handler: pass the signal on to the child."""
-        signal_child(self.pidfd, signum)
+        """Signal handler: pass the signal on; a terminating one also ends the tree."""
+        tree = self.tree
+        if signum not in TERMINATING:
+            if tree is not None:
+                tree.signal_leader(signum)
+            return
+        self.signalled = signum
+        if tree is not None:
+            tree.signal_group(signum)
+            self.forwarded = True
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._wake_write, b"!")
+
+    def supervise(self) -> Ending:
+        """Wait until the command exits or a terminating signal comes; end the tree."""
+        tree = self.tree
+        if tree is None:
+            return self.end("the reign ended before the command started", None)
+        while self.signalled is None and not tree.exited():
+            readable([tree.pidfd, self._wake_read], None)
+        signum = self.signalled
+        if signum is None:
+            return self.end("the command exited", None)
+        why = f"the wrapper got {signal.Signals(signum).name}"
+        if not self.forwarded:  # it came before the tree existed
+            return self.end(why, signum)
+        return self.end(why, None, signalled=True)
+
+    def end(self, why: str, signum: int | None, *, signalled: bool = False) -> Ending:
+        """End the tree once, whichever thread asks first; later callers get the same result."""
+        with self._end_lock:
+            if self._ending is not None:
+                return self._ending
+            tree, recorder = self.tree, self.recorder
+            if tree is None or recorder is None:
+                self._ending = Ending(0, False, 0, 0.0)  # nothing ran, and nothing will
+                return self._ending
+            recorder.stop()
+            ending = tree.end(signum, self.wind_down, self._beat, group_signalled=signalled)
+            recorder.discard()
+            self._report(ending, why)
+            self._ending = ending
+            return ending
+
+    def _report(self, ending: Ending, why: str) -> None:
+        if self.events is None:
+            return
+        if ending.forced:
+            self.events.emit(
+                Event.TREE_KILLED,
+                pgid=self.tree.pgid if self.tree else None,
+                reason=f"still running {self.wind_down:g} s (--wind-down) after {why}",
+            )
+        self.events.emit(
+            Event.COMMAND_EXITED,
+            exit_status=exit_status(ending.returncode),
+            forced=ending.forced,
+            leftovers=ending.leftovers,
+            duration_ms=int(ending.seconds * 1000),
+            reason=why,
+        )
 
     def save(self, progress: Progress) -> dict[str, Any]:
-        """The save hook: ask the child to wind down and report until it is gone."""
-        assert self.child is not None
-        self.saving.set()
+        """The save hook: end the tree, reporting progress until it is gone."""
+        self.leaving.set()
         self.progress = progress
-        signal_child(self.pidfd, self.save_signal)
-        progress.advance(f"sent {signal.Signals(self.save_signal).name} to {self.argv[0]}")
-        select.select([self.pidfd], [], [])  # readable once the child has exited
-        returncode = self.child.wait()
-        return {"command": self.argv, "exit_status": exit_status(returncode)}
+        name = signal.Signals(self.save_signal).name
+        progress.advance(f"sent {name} to the process group of {self.argv[0]}")
+        ending = self.end("a save was requested", self.save_signal)
+        return {"command": self.argv, "exit_status": exit_status(ending.returncode)}
 
     def deposed(self) -> None:
-        """Leave with the child's status (after a succession, or when orphaned)."""
-        assert self.child is not None
-        if self.child.poll() is None:
-            signal_child(self.pidfd, self.save_signal)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.child.wait(timeout=5.0)
-            signal_child(self.pidfd, signal.SIGKILL)
-        flush()
-        os._exit(exit_status(self.child.wait()))
+        """The reign ended (a succession, a stop, orphaned): end the tree if need be; exit 0."""
+        self.leaving.set()
+        self.end("the reign ended", self.save_signal)
+        leave_process()
+
+
+def check_wind_down(seconds: float) -> float:
+    """``seconds`` if it is a usable ``--wind-down``; else :class:`ConfigurationError`."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise ConfigurationError(f"--wind-down must be a number of seconds, got {seconds!r}")
+    if not 0 < seconds <= MAX_WIND_DOWN:
+        raise ConfigurationError(
+            f"--wind-down is {seconds:g} s: give more than 0 and at most {MAX_WIND_DOWN:g} s "
+            f"(a successor waits at most {Timeouts().ceiling:g} s for a save)"
+        )
+    return float(seconds)
 
 
 def run(
@@ -127,9 +226,16 @@ def run(
     app: str | None = None,
     project: str | None = None,
     runtime_dir: str | None = None,
+    wind_down: float | None = None,
 ) -> int:
-    """Hold the project, run ``argv``, and return its exit status."""
-    wrapper = Wrapper(argv, save_signal)
+    """Hold the project (or run as a duplicate), run ``argv``, and return the exit status.
+
+    ``wind_down``: seconds the tree has to exit (default :data:`WIND_DOWN`).
+    Call it from the thread that is to own the tree for its whole life (the
+    CLI's main thread): the command's death signal follows that thread.
+    """
+    limit = check_wind_down(WIND_DOWN if wind_down is None else wind_down)
+    wrapper = Wrapper(argv, save_signal, limit)
     name = app or default_app(argv)
     handle = Highlander(
         app=name,
@@ -144,22 +250,25 @@ def run(
         flush()
         sys.stderr.write(f"highlander: {exc}\n")
         return 1
-    if not handle.is_holder:  # OBSERVE/WARN: run anyway, beside the holder
-        return exit_status(subprocess.call(list(argv)))  # noqa: S603 - the user's command
+    settings = handle.settings
+    assert settings is not None
+    wrapper.events = settings.events
+    record = None
+    if handle.is_holder:  # a duplicate (OBSERVE/WARN) leaves the holder's record alone
+        end_left_over(settings)
+        record = tree_path(settings)
+    become_subreaper()
+    for signum in FORWARDED:
+        signal.signal(signum, wrapper.forward)
     try:
-        wrapper.start(handle)
+        wrapper.start(handle, record)
     except OSError as exc:
         handle.release()
         sys.stderr.write(f"highlander: cannot run {argv[0]}: {exc.strerror}\n")
         return 127
-    for signum in FORWARDED:
-        signal.signal(signum, wrapper.forward)
-    assert wrapper.child is not None
-    returncode = wrapper.child.wait()
-    if wrapper.saving.is_set():
-        # A succession asked the child to stop: let it finish; on_deposed exits.
-        bound = handle.settings.timeouts if handle.settings else None
-        wait = (bound.exit_grace + bound.request) if bound else 10.0
-        threading.Event().wait(wait)
+    ending = wrapper.supervise()
+    if wrapper.leaving.is_set():
+        # The reign is ending through Highlander: on_deposed leaves the process (status 0).
+        threading.Event().wait(settings.timeouts.exit_grace + settings.timeouts.request)
     handle.release()
-    return exit_status(returncode)
+    return exit_status(ending.returncode)

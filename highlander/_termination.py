@@ -15,6 +15,12 @@ kernel refuses.  The procedure, for an incumbent that missed a deadline
 4. SIGKILL; wait until it is gone.
 
 A process that fails verification is never signalled: :class:`ForeignHolderError`.
+
+``highlander run`` signals its own command's tree here too
+(:mod:`highlander._tree`): through pidfds on its unreaped child or opened
+before a descendant's start time was checked (:func:`signal_child`), and,
+the one signal not sent through a pidfd, to the process group of its own
+unreaped child (:func:`signal_own_group`), whose id cannot be reused.
 """
 
 from __future__ import annotations
@@ -130,13 +136,30 @@ def _alive(fd: int) -> bool:
 
 
 def signal_child(pidfd: int, signum: int) -> bool:
-    """Send ``signum`` to our own unreaped child through its pidfd; ``False`` if it is gone.
+    """Send ``signum`` through ``pidfd``; ``False`` if its process is gone (or not ours).
 
-    A child we have not reaped cannot be replaced by another process, so its
-    pidfd (opened right after spawning it) is verification enough.
+    For a pidfd on our own unreaped child (no other process can replace it),
+    or one opened before the process's start time was checked
+    (:func:`highlander._descendants.open_verified`): either way the pidfd
+    names the verified process for good.
     """
     try:
         signal.pidfd_send_signal(pidfd, signum)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def signal_own_group(pgid: int, signum: int) -> bool:
+    """Send ``signum`` to process group ``pgid``, led by our own child that we have not reaped.
+
+    A group's id is its leader's pid, and the pid of a child that is not
+    reaped yet (running or a zombie) cannot be reused: the signal reaches
+    that group and no other.  The caller stops once it reaps the leader.
+    ``False`` if nobody is left in it (or nobody we may signal).
+    """
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
         return False
     return True

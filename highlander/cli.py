@@ -4,7 +4,8 @@ Exit statuses (docs/guide.md has the table per command): 0 success (for
 ``status``: a holder answers); 1 failure (the message says why and what to
 do); 2 usage error; 3 no holder (``status``, ``stop``); 4 a holder holds
 the project but did not answer a signed STATUS (``status``); ``run``
-returns the command's.
+returns the command's, or 0 once its reign ended through Highlander
+(docs/mcp.md has its table).
 
 With ``--json`` every call prints exactly one JSON document on stdout,
 errors included (``{"error": ..., "exit": N}``); only ``events --follow``
@@ -95,13 +96,27 @@ def _where(parser: argparse.ArgumentParser, app_help: str, *, json_option: bool 
         parser.add_argument("--json", action="store_true", help=JSON_HELP)
 
 
+def _wind_down(text: str) -> float:
+    """``run --wind-down``: seconds, more than 0 and at most the longest allowed."""
+    from highlander._errors import ConfigurationError  # noqa: PLC0415
+    from highlander._run import check_wind_down  # noqa: PLC0415
+
+    try:
+        return check_wind_down(float(text))
+    except ValueError as exc:
+        if isinstance(exc, ConfigurationError):
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``highlander`` command."""
     parser = _Parser(
         prog="highlander",
         description="There can be only one: inspect and control Highlander holders.",
         epilog="Exit statuses: 0 ok, 1 failure, 2 usage, 3 no holder, 4 holder not answering "
-        "(status); run: the command's. With --json, one JSON document on stdout, errors too.",
+        "(status); run: the command's (0 once deposed). With --json, one JSON document on "
+        "stdout, errors too.",
     )
     parser.add_argument("--version", action="version", version=f"highlander {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -192,6 +207,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--on-save-signal",
         default="SIGTERM",
         help="the signal that asks CMD to wind down when a newcomer takes over (default: SIGTERM)",
+    )
+    run.add_argument(
+        "--wind-down",
+        type=_wind_down,
+        default=None,
+        metavar="SECONDS",
+        help="how long the command's tree has to exit before it is killed (default 30)",
     )
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     return parser
@@ -299,6 +321,7 @@ def _run(args: argparse.Namespace) -> int:
         app=args.app,
         project=args.project,
         runtime_dir=args.runtime_dir,
+        wind_down=args.wind_down,
     )
 
 

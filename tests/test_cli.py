@@ -145,7 +145,7 @@ def test_run_passes_stdio_byte_for_byte_and_returns_the_status(kids: Children) -
     )
     assert done.stdout == PAYLOAD
     assert done.returncode == 7
-    assert [e["event"] for e in kids.events()] == ["claimed", "released"]
+    assert [e["event"] for e in kids.events()] == ["claimed", "command_exited", "released"]
 
 
 def test_run_exit_status_of_a_signalled_child(kids: Children) -> None:

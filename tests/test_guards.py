@@ -410,6 +410,9 @@ SIGNAL_MODULES = {"os", "signal", "subprocess"}
 KILL_FUNCTIONS = {("os", "kill"), ("os", "killpg"), ("signal", "pthread_kill")}
 PIDFD_SIGNAL = ("signal", "pidfd_send_signal")
 ALLOWED_PIDFD = {"_termination.py"}
+#: ``highlander run`` signals the group of its own unreaped child, whose id cannot be reused.
+GROUP_SIGNAL = ("os", "killpg")
+ALLOWED_GROUP = {"_termination.py"}
 RUNNERS = {
     ("subprocess", name)
     for name in ("run", "Popen", "call", "check_call", "check_output", "getoutput")
@@ -460,7 +463,8 @@ def signalling_violations(source: str, filename: str) -> list[str]:
     """Every way ``source`` (module file ``filename``) could signal a process, unverified.
 
     Code only: comments and docstrings never count.  ``pidfd_send_signal``
-    is allowed in highlander/_termination.py alone.
+    (and ``killpg``, for the group of our own unreaped child) is allowed in
+    highlander/_termination.py alone.
     """
     tree = ast.parse(source, filename=filename)
     names = _names(tree)
@@ -471,12 +475,12 @@ def signalling_violations(source: str, filename: str) -> list[str]:
         if isinstance(node, ast.ImportFrom) and node.module in SIGNAL_MODULES:
             for alias in node.names:
                 imported = (node.module, alias.name)
-                if imported in KILL_FUNCTIONS:
+                if imported in KILL_FUNCTIONS and not _allowed_group(imported, base):
                     problems.append(f"{line}: imports {'.'.join(imported)}")
                 if imported == PIDFD_SIGNAL and base not in ALLOWED_PIDFD:
                     problems.append(f"{line}: imports signal.pidfd_send_signal")
         target = _target(node, names)
-        if target in KILL_FUNCTIONS:
+        if target in KILL_FUNCTIONS and not _allowed_group(target, base):
             problems.append(f"{line}: uses {'.'.join(target)}")
         pidfd = target == PIDFD_SIGNAL or (
             isinstance(node, ast.Attribute) and node.attr == "pidfd_send_signal"
@@ -496,6 +500,10 @@ def signalling_violations(source: str, filename: str) -> list[str]:
             ):
                 problems.append(f"{line}: calls .{func.attr}() on a process")
     return problems
+
+
+def _allowed_group(target: tuple[str, ...] | None, base: str) -> bool:
+    return target == GROUP_SIGNAL and base in ALLOWED_GROUP
 
 
 def _package_sources() -> list[Path]:
@@ -574,6 +582,13 @@ def test_the_checker_catches_a_violation(source: str) -> None:
 )
 def test_the_checker_ignores_harmless_code(source: str) -> None:
     assert signalling_violations(source, "highlander/_example.py") == []
+
+
+def test_the_checker_allows_killpg_only_in_the_verified_kill() -> None:
+    source = "import os\nos.killpg(7, 15)\n"
+    assert signalling_violations(source, "highlander/_termination.py") == []
+    assert signalling_violations(source, "highlander/_tree.py")
+    assert signalling_violations("import os\nos.kill(7, 15)\n", "highlander/_termination.py")
 
 
 def test_the_checker_allows_pidfd_send_signal_only_in_the_verified_kill() -> None:

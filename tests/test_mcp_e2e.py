@@ -141,6 +141,8 @@ def server_env(tmp_path: Path) -> dict[str, str]:
     """What an IDE's MCP config passes: the token, the project, plus PATH and HOME."""
     project = tmp_path / "project"
     project.mkdir(exist_ok=True)
+    # PYTHONPATH only so that a run against a checkout (not the installed copy) tests it.
+    here = {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}
     return {
         "PATH": os.environ.get("PATH", os.defpath),
         "HOME": os.environ.get("HOME", str(tmp_path)),
@@ -148,6 +150,7 @@ def server_env(tmp_path: Path) -> dict[str, str]:
         "HIGHLANDER_MODE": "auto",
         "HIGHLANDER_RUNTIME_DIR": str(tmp_path / "rt"),
         "HIGHLANDER_PROJECT": str(project),
+        **here,
     }
 
 
