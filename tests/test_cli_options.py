@@ -245,7 +245,29 @@ def run_on_save_signal(kids: Children, _tmp: Path, _command: str) -> None:
     assert readable([first.proc.stdout.fileno()], WAIT)
     assert os.read(first.proc.stdout.fileno(), 100) == b"ready\n"
     assert cli(kids, "run", "--app", "w", "--", "true").returncode == 0
-    assert first.finish()[0] == 42, "the wrapped command got SIGUSR1 and wound down"
+    assert first.finish()[0] == 0  # deposed: the wrapper exits 0 (docs/mcp.md)
+    (exited,) = [e for e in kids.events("command_exited") if e["pid"] == first.pid]
+    assert exited["exit_status"] == 42, "the wrapped command got SIGUSR1 and wound down"
+
+
+IGNORES_SIGTERM = """
+import os, signal
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+os.write(1, b"ready\\n")
+signal.pause()
+"""
+
+
+def run_wind_down(kids: Children, _tmp: Path, _command: str) -> None:
+    argv = [sys.executable, "-m", "highlander.cli", "run", "--app", "w", "--wind-down", "0.5"]
+    first = kids.spawn([*argv, "--", sys.executable, "-c", IGNORES_SIGTERM], kids.env())
+    assert first.proc.stdout is not None
+    assert readable([first.proc.stdout.fileno()], WAIT)
+    assert os.read(first.proc.stdout.fileno(), 100) == b"ready\n"
+    assert cli(kids, "run", "--app", "w", "--", "true").returncode == 0
+    assert first.finish()[0] == 0
+    # The command ignored the save signal: SIGKILLed at the --wind-down limit.
+    assert [e for e in kids.events("tree_killed") if e["pid"] == first.pid]
 
 
 Probe = Callable[[Children, Path, str], None]
@@ -284,6 +306,7 @@ PROBES: dict[str, dict[str, Probe]] = {
         "--app": run_app,
         "--runtime-dir": run_runtime_dir,
         "--on-save-signal": run_on_save_signal,
+        "--wind-down": run_wind_down,
     },
 }
 
