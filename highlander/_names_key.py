@@ -9,10 +9,11 @@ Read-only commands use :func:`read_names_key`, which creates nothing.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 
 from highlander._errors import UnsafeRuntimeDirError
-from highlander._files import open_regular, unsafe
+from highlander._files import cannot_hold, open_regular, unsafe
 
 #: The runtime directory's key for socket names (:func:`names_key`).
 NAMES_KEY = "names.key"
@@ -32,7 +33,10 @@ def names_key(runtime_dir: str) -> bytes:
         key = read_names_key(runtime_dir)
         if key is not None:
             return key
-        _publish_names_key(path)
+        try:
+            _publish_names_key(path)
+        except OSError as exc:  # a full disk, mostly: one line that names the fix
+            raise cannot_hold(exc, path) from exc
     raise UnsafeRuntimeDirError(f"{path} keeps vanishing: is something cleaning {runtime_dir}?")
 
 
@@ -59,8 +63,11 @@ def _publish_names_key(path: str) -> None:
     tmp = f"{path}.{os.urandom(6).hex()}.tmp"
     fd = open_regular(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
-        os.write(fd, os.urandom(_NAMES_KEY_BYTES))
-        os.close(fd)
+        try:
+            if os.write(fd, os.urandom(_NAMES_KEY_BYTES)) != _NAMES_KEY_BYTES:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), tmp)
+        finally:
+            os.close(fd)
         # A concurrent first start may have published its key: that one counts.
         with contextlib.suppress(FileExistsError):
             os.link(tmp, path)

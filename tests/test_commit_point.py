@@ -232,6 +232,30 @@ def test_a_claim_on_a_full_disk_is_one_line_and_holds_nothing(
 
 
 @pytest.mark.timeout(120)
+def test_a_start_after_a_wipe_on_a_full_disk_is_one_line(
+    kids: Children, small_runtime: Path
+) -> None:
+    """Found by the chaos (seed 8 with starve_holder): after a wipe the first start makes
+    the socket-name key, and on a full disk its write raised ENOSPC as a traceback."""
+    holder = _holder(kids)
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.finish()
+    for entry in small_runtime.iterdir():  # rm -rf DIR/*: names.key goes too
+        entry.unlink()
+    filler = _fill(small_runtime)
+    newcomer = kids.start(timeouts=NEWCOMER)
+    status, out, err = newcomer.finish(SETTLE)
+    last = err.decode().strip().splitlines()[-1]
+    assert status == 1 and out == b"" and b"Traceback" not in err, err.decode()[-1500:]
+    assert last.startswith("highlander: cannot hold the project") and "names.key" in last
+    assert "No space left" in last
+    assert [p.name for p in small_runtime.iterdir()] == ["filler"]  # no half-made key left
+    filler.unlink()
+    after = kids.start(timeouts=NEWCOMER)
+    assert after.wait_for("ready")["outcome"] == "claimed_free"
+
+
+@pytest.mark.timeout(120)
 def test_a_state_directory_leaves_the_incumbent_holding_its_state(kids: Children) -> None:
     first = _holder(kids)
     (state,) = kids.runtime.glob("*.state")
