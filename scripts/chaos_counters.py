@@ -61,9 +61,13 @@ def healthy_signals(
     listed: list[str] = []
     fair: Counter[str] = Counter()
     hung: dict[tuple[int, int], dict[str, Any]] = {}
+    #: (incumbent, newcomer) -> when the incumbent began that newcomer's save.
+    asked: dict[tuple[int, int], float] = {}
     for e in events:
         if e["event"] == "hung":
             hung[(e["pid"], e.get("peer_pid", -1))] = e
+        if e["event"] == "save_requested":
+            asked[(e["pid"], e.get("peer_pid", -1))] = to_monotonic(e["ts"], clock)
         if e["event"] not in ("terminated", "killed"):
             continue
         target = who.identity(e.get("peer_pid", -1), e.get("start_time"))
@@ -76,6 +80,8 @@ def healthy_signals(
             fair["configured to hang"] += 1
         elif target.self_stop_ns is not None and target.self_stop_ns <= at + HEARD_LATE_NS:
             fair["stopped itself before its ACK"] += 1
+        elif _past_ceiling(hung, asked, e["pid"], target.pid, at):
+            fair["its save ran past the absolute ceiling"] += 1
         else:
             why = hung.get((e["pid"], target.pid), {}).get("phase", "? (no hung event)")
             sent = "; ".join(f"{n} at {_at(b, t0)}" for n, b, _ in target.signals) or "none"
@@ -87,6 +93,25 @@ def healthy_signals(
                 f"exit {_at(target.exit_ns or INF, t0)} status {target.returncode}"
             )
     return listed, fair
+
+
+def _past_ceiling(
+    hung: dict[tuple[int, int], dict[str, Any]],
+    asked: dict[tuple[int, int], float],
+    killer: int,
+    target: int,
+    at: float,
+) -> bool:
+    """A kill for ``ceiling`` once the save had run that long: fair by design.
+
+    Guarantee 6: a save is never killed *before* the absolute ceiling,
+    however loaded the machine (a starved saver is spared at ``stall``, not
+    at ``ceiling``).  The save must really have begun ``ceiling`` before.
+    """
+    if hung.get((killer, target), {}).get("phase") != "ceiling":
+        return False
+    began = asked.get((target, killer))
+    return began is not None and at - began >= TIMEOUTS["ceiling"] * 1e9
 
 
 def wedged(procs: list[Proc], end_ns: int | None, t0: int) -> tuple[list[str], float, str]:

@@ -82,3 +82,30 @@ def test_a_reign_ends_at_its_relinquished_event_not_at_a_late_line() -> None:
     late = [events[0], events[2], _relinquished(101, int(1.85 * SECOND))]
     found = judge([old, new], late, witness, [(0.0, 0)])
     assert len(found.double_holders) == 1 and "overlap 50.000 ms" in found.double_holders[0]
+
+
+def test_a_kill_at_the_ceiling_is_fair_only_once_the_save_ran_that_long() -> None:
+    """Guarantee 6: never before the absolute ceiling. A starved saver is spared at
+    ``stall``; at ``ceiling`` it is fair game, but only if its save really began then."""
+    from test_chaos import _holder, _term
+
+    ceiling = int(TIMEOUTS["ceiling"] * SECOND)
+    on_time = _holder(101, spawn=0, exit_=10 * SECOND)
+    early = _holder(102, spawn=0, exit_=10 * SECOND)
+    events: list[dict[str, Any]] = []
+    for proc, began in ((on_time, 9 * SECOND - ceiling), (early, 9 * SECOND - ceiling // 2)):
+        events += [
+            {"ts": began / 1e9, "event": "save_requested", "pid": proc.pid, "peer_pid": 200},
+            {
+                "ts": 9 * SECOND / 1e9,
+                "event": "hung",
+                "pid": 200,
+                "peer_pid": proc.pid,
+                "phase": "ceiling",
+            },
+            _term(200, proc, 9 * SECOND),
+        ]
+    events.sort(key=lambda e: e["ts"])
+    found = judge([on_time, early], events, [], [(0.0, 0)])
+    assert found.fair_signals == {"its save ran past the absolute ceiling": 1}
+    assert len(found.healthy_signalled) == 1 and "to pid 102" in found.healthy_signalled[0]
