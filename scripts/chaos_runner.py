@@ -287,11 +287,12 @@ class Runner:
         self.resume_lost()
 
     def resume_lost(self) -> None:
-        """SIGCONT every holder that was stopped when its rendezvous was taken: it steps
-        down when it runs again (nobody else would ever resume or end it)."""
+        """SIGCONT every stopped holder whose rendezvous was taken since it held: it steps
+        down when it runs again (nobody else would ever resume or end it).  Also when the
+        loss came just before the stop: it had not noticed yet (seed 1: 32 ms)."""
         for proc in self.lab.live_children():
             stops = [before for name, before, _ in proc.signals if name == "SIGSTOP"]
-            lost = stops and any(after > stops[-1] for _, after, _ in self.losses)
+            lost = stops and any(after > proc.spawn_ns for _, after, _ in self.losses)
             if proc.stopped and proc.believes and lost:
                 self._signal(proc, signal.SIGCONT, counted="SIGCONT (stopped across a wipe)")
 

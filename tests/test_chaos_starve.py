@@ -46,3 +46,36 @@ def test_starve_then_feed_a_real_process() -> None:
     finally:
         victim.kill()
         victim.wait()
+
+
+def test_the_settling_resumes_a_stopped_holder_whose_rendezvous_was_taken() -> None:
+    """Seed 1: the lock was planted over 32 ms before the harness stopped the holder, which
+    had not noticed yet; nobody could reach or end it, and the run never converged."""
+    import signal
+
+    from chaos_runner import Runner
+
+    sent: list[tuple[int, int]] = []
+    second = 1_000_000_000
+
+    def holder(pid: int, stopped_at: int) -> SimpleNamespace:
+        return SimpleNamespace(
+            pid=pid,
+            spawn_ns=1 * second,
+            signals=[("SIGSTOP", stopped_at, stopped_at)],
+            stopped=True,
+            believes=True,
+        )
+
+    before_stop = holder(101, 5 * second)  # the loss came first (at 4 s)
+    after_stop = holder(102, 3 * second)  # stopped, then the loss
+    untouched = holder(103, 5 * second)
+    untouched.spawn_ns = 6 * second  # started after the loss: its rendezvous is the new one
+    lab = SimpleNamespace(
+        live_children=lambda: [before_stop, after_stop, untouched],
+        send=lambda proc, signum: sent.append((proc.pid, signum)) or True,
+    )
+    runner = Runner(lab, None, lambda line: None)  # type: ignore[arg-type]
+    runner.losses = [(4 * second, 4 * second + 1000, "a plant at the lock")]
+    runner.resume_lost()
+    assert sent == [(101, signal.SIGCONT), (102, signal.SIGCONT)]
