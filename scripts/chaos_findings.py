@@ -92,6 +92,8 @@ class Findings:
     wrong_legacy: list[str] = field(default_factory=list)
     newcomers: Counter[str] = field(default_factory=Counter)
     crashes: list[str] = field(default_factory=list)
+    #: CPython's at-fork hook warnings (not exceptions of the process; see Proc.fork_hook_races).
+    fork_hook_races: int = 0
     stdout_bytes: int = 0
     anomalies: list[str] = field(default_factory=list)
     #: Processes Highlander signalled (by identity), and which signals.

@@ -22,6 +22,7 @@ from typing import Any
 
 INF = math.inf
 #: The last line of a traceback: ``SomeError: message``.
+_FORK_HOOK = re.compile(r"^Exception ignored in: <function _releaseLock\b")
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b")
 
 
@@ -135,9 +136,17 @@ class Proc:
         return next((a for name, b, a in self.signals if name == "SIGCONT" and b > ns), None)
 
     def exception(self) -> str:
-        """The exception a traceback on stderr ended with, and where it was raised."""
+        """The exception a traceback on stderr ended with, and where it was raised.
+
+        Not CPython's "Exception ignored in" an at-fork hook of ``logging``
+        (:meth:`fork_hook_races`): that is not an exception of the process.
+        """
         lines = self.stderr_tail.decode(errors="replace").splitlines()
-        starts = [i for i, line in enumerate(lines) if line.startswith("Traceback")]
+        starts = [
+            i
+            for i, line in enumerate(lines)
+            if line.startswith("Traceback") and not (i and _FORK_HOOK.match(lines[i - 1]))
+        ]
         if not starts:
             return ""
         tail = lines[starts[-1] :]
@@ -145,6 +154,19 @@ class Proc:
         # Log lines from the library's log thread may interleave with the traceback.
         raised = [ln for ln in tail if _EXCEPTION.match(ln)]
         return f"{raised[0] if raised else '?'} (at {frames[-1] if frames else '?'})"
+
+    def fork_hook_races(self) -> int:
+        """How often CPython reported logging's at-fork hook releasing a lock it never took.
+
+        ``logging`` registers a before/after pair of fork hooks when it is
+        first imported; imported on one thread (the library's log thread
+        loads structlog lazily) while another forks (``fork_worker``), only
+        the after hook runs, and CPython prints "Exception ignored in
+        <function _releaseLock>".  Harmless, and not the library's exception;
+        counted apart (docs/reliability.md).
+        """
+        text = self.stderr_tail.decode(errors="replace")
+        return sum(1 for line in text.splitlines() if _FORK_HOOK.match(line))
 
     def last_error(self) -> str:
         """The one-line reason a failing Highlander process gives (``highlander: ...``)."""

@@ -79,3 +79,28 @@ def test_the_settling_resumes_a_stopped_holder_whose_rendezvous_was_taken() -> N
     runner.losses = [(4 * second, 4 * second + 1000, "a plant at the lock")]
     runner.resume_lost()
     assert sent == [(101, signal.SIGCONT), (102, signal.SIGCONT)]
+
+
+def test_cpythons_at_fork_hook_warning_is_counted_apart_from_exceptions() -> None:
+    """Seed 6: logging imported on the log thread while the holder forked a worker."""
+    from test_chaos import _proc
+
+    warning = (
+        "Exception ignored in: <function _releaseLock at 0x7f05>\n"
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3.11/logging/__init__.py", line 242, in _releaseLock\n'
+        "    _lock.release()\n"
+        "RuntimeError: cannot release un-acquired lock\n"
+    )
+    crash = (
+        "Traceback (most recent call last):\n"
+        '  File "/x/highlander/_names_key.py", line 62, in _publish_names_key\n'
+        "OSError: [Errno 28] No space left on device\n"
+    )
+    proc = _proc(101, spawn=0, exit_=1, rc=1, ready=None)
+    proc.stderr_tail = warning.encode()
+    assert proc.exception() == "" and proc.fork_hook_races() == 1
+    proc.stderr_tail = (warning + crash).encode()
+    assert proc.exception().startswith("OSError: [Errno 28]") and proc.fork_hook_races() == 1
+    proc.stderr_tail = (crash + warning).encode()
+    assert proc.exception().startswith("OSError: [Errno 28]")
