@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from highlander._client import Greeting
 from highlander._connection import Closed
-from highlander._deadlines import Phase, starved_save
+from highlander._deadlines import Phase, starved
 from highlander._events import Event
 from highlander._identity import CLOCK_TICKS, run_state
 from highlander._live import LiveProgress
@@ -35,11 +35,11 @@ async def await_saved(settings: Settings, greeting: Greeting, fds: list[int]) ->
             except Overdue as exc:
                 after = run_state(peer.pid)
                 stall = settings.timeouts.stall
-                if exc.deadline.phase is not Phase.STALL or not starved_save(
+                if exc.deadline.phase is not Phase.STALL or not starved(
                     before, after, stall, CLOCK_TICKS
                 ):
                     raise
-                conn.spare_stall(waiter.now())
+                conn.spare(waiter.now())
                 events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="stall", busy=True)
                 before = after
                 continue

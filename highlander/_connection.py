@@ -109,8 +109,8 @@ class Connection:
         deadline = self.deadline
         return deadline if deadline is not None and now >= deadline.at else None
 
-    def spare_stall(self, now: float) -> bool:
-        """Restart a missed STALL deadline (a starved saver); see :meth:`Watch.spare`."""
+    def spare(self, now: float) -> bool:
+        """Restart a missed STALL or EXIT deadline (a starved peer); see :meth:`Watch.spare`."""
         return self._watch.spare(now)
 
     @property

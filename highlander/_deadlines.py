@@ -125,13 +125,13 @@ class Watch:
         return True
 
     def spare(self, now: float) -> bool:
-        """Restart a missed STALL timer without progress; return whether it did.
+        """Restart a missed STALL or EXIT timer; return whether it did.
 
-        For a saver the machine kept off the CPU (:func:`starved_save`): it
-        could not advance.  The absolute ceiling still holds, so this cannot
-        stretch a save past it.
+        For a peer the machine kept off the CPU (:func:`starved`): a saver
+        could not advance, an incumbent could not leave.  The absolute
+        ceiling still holds, so this cannot stretch a save past it.
         """
-        if self._phase is not Phase.STALL:
+        if self._phase not in (Phase.STALL, Phase.EXIT):
             return False
         self._started = now
         return True
@@ -194,17 +194,17 @@ def spared_busy(elapsed: float, cpu: float, ceiling: float) -> bool:
     return cpu <= ceiling and elapsed <= STARVED_CAP * ceiling
 
 
-def starved_save(
-    before: tuple[str, int] | None, after: tuple[str, int] | None, stall: float, hz: int
+def starved(
+    before: tuple[str, int] | None, after: tuple[str, int] | None, limit: float, hz: int
 ) -> bool:
-    """Whether a holder that missed a STALL deadline was starved, not stuck.
+    """Whether a peer that missed a STALL or EXIT deadline was starved, not stuck.
 
-    ``before``/``after``: its (state, CPU ticks) when the stall timer started
-    and when it ran out; ``hz``: ticks per second.  Starved: the kernel shows
-    it working (:func:`looks_busy`) and it used less than ``stall`` of CPU
-    meanwhile.  A save hook that sleeps without advancing is not busy; one
-    that spins without advancing uses the CPU: both are stuck.
+    ``before``/``after``: its (state, CPU ticks) when the timer started and
+    when it ran out; ``limit``: the timeout; ``hz``: ticks per second.
+    Starved: the kernel shows it working (:func:`looks_busy`) and it used
+    less than ``limit`` of CPU meanwhile.  A save hook that sleeps without
+    advancing is not busy; one that spins uses the CPU: both are stuck.
     """
     if not looks_busy(before, after) or before is None or after is None:
         return False
-    return (after[1] - before[1]) / hz < stall
+    return (after[1] - before[1]) / hz < limit

@@ -24,11 +24,18 @@ from highlander._claim import Reign
 from highlander._client import Greeting
 from highlander._commit import Answer, Verdict, newcomer_decides
 from highlander._connection import Closed
-from highlander._deadlines import Phase
+from highlander._deadlines import STARVED_CAP, Phase, starved
 from highlander._errors import Reason, TakeoverError, UnsafeFileError
 from highlander._events import Event
 from highlander._files import current_file_id
-from highlander._identity import Expected, fd_holds_flock, is_halted, let_go
+from highlander._identity import (
+    CLOCK_TICKS,
+    Expected,
+    fd_holds_flock,
+    is_halted,
+    let_go,
+    run_state,
+)
 from highlander._messages import AckSuccession, Refused, Saved
 from highlander._record import discard_record
 from highlander._settings import Settings
@@ -104,7 +111,7 @@ async def _verdict(
     settings: Settings, greeting: Greeting, lock_fd: int, answer: Answer
 ) -> tuple[Verdict, Answer]:
     """Hear the incumbent's answer, then ask the kernel whether it let go of the lock."""
-    answer = await _hear(greeting, answer)
+    answer = await _hear(settings, greeting, answer)
     st = os.fstat(lock_fd)
     released = let_go(greeting.peer.pid, greeting.hello.start_time, (st.st_dev, st.st_ino))
     return newcomer_decides(answer, released), answer
@@ -135,14 +142,31 @@ def _still_ours(settings: Settings, lock_fd: int) -> bool:
     return fd_holds_flock(lock_fd) and here == (st.st_dev, st.st_ino)
 
 
-async def _hear(greeting: Greeting, answer: Answer) -> Answer:
-    """How the incumbent answered our ACK (or what was queued when it could not be sent)."""
-    try:
-        event = await receive_event(greeting.sock, greeting.conn, greeting.waiter)
-    except Overdue:
-        return Answer.SILENT
-    except _BROKEN:
-        return Answer.CLOSED if answer is Answer.SILENT else answer
+async def _hear(settings: Settings, greeting: Greeting, answer: Answer) -> Answer:
+    """How the incumbent answered our ACK (or what was queued when it could not be sent).
+
+    An incumbent the machine keeps off the CPU cannot act on the ACK in
+    ``exit_grace``; it is healthy (guarantee 8), so while the kernel shows it
+    starved (:func:`~highlander._deadlines.starved`) its grace restarts, up
+    to :data:`~highlander._deadlines.STARVED_CAP` times ``exit_grace`` in all.
+    """
+    conn, peer, waiter = greeting.conn, greeting.peer, greeting.waiter
+    limit = settings.timeouts.exit_grace
+    before, began = run_state(peer.pid), waiter.now()
+    while True:
+        try:
+            event = await receive_event(greeting.sock, conn, waiter)
+            break
+        except Overdue:
+            after = run_state(peer.pid)
+            within = waiter.now() - began < STARVED_CAP * limit
+            if not (within and starved(before, after, limit, CLOCK_TICKS)):
+                return Answer.SILENT
+            conn.spare(waiter.now())
+            settings.events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="exit", busy=True)
+            before = after
+        except _BROKEN:
+            return Answer.CLOSED if answer is Answer.SILENT else answer
     if isinstance(event, Refused):
         return Answer.REFUSED
     assert isinstance(event, Closed)

@@ -10,6 +10,7 @@ time a silent holder uses, not the wall time it is kept waiting.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -17,7 +18,7 @@ import time
 import pytest
 from proctools import Children
 
-from highlander._deadlines import STARVED_CAP, spared_busy, starved_save
+from highlander._deadlines import STARVED_CAP, spared_busy, starved
 from highlander._identity import run_state
 
 TIMEOUTS = {"hello": 0.3, "stall": 0.6, "ceiling": 2.0, "exit_grace": 1.0, "term_grace": 0.5}
@@ -125,13 +126,68 @@ def test_a_saver_starved_past_the_stall_deadline_is_spared(kids: Children) -> No
     assert spared and all(e["busy"] for e in spared), _log(kids)
 
 
+def _starved_after_the_ack(kids: Children, victim_cpu: int, other: set[int]) -> bool:
+    """One handover whose incumbent is starved from before the ACK until 2.5 x exit_grace
+    after it; asserts nobody was signalled; returns whether the newcomer had to spare it."""
+    timeouts = {**TIMEOUTS, "exit_grace": 1.0}
+    holder = kids.start(timeouts=timeouts, save="normal", steps=1, hold=600)
+    holder.wait_for("ready")
+    # The newcomer takes 1 s between SAVED and its ACK: time to starve the incumbent.
+    newcomer = kids.start(timeouts=timeouts, before_ack={"delay": 1.0, "once": True})
+    os.sched_setaffinity(newcomer.pid, other)
+    hang_guard = time.monotonic() + 60
+    while time.monotonic() < hang_guard and not [
+        e for e in kids.events("saved") if e["pid"] == holder.pid
+    ]:
+        time.sleep(0.02)
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(hog.pid, {victim_cpu})
+        os.setpriority(os.PRIO_PROCESS, hog.pid, -20)
+        _starve(holder.pid, victim_cpu)
+        until = time.monotonic() + 1.0 + 2.5 * timeouts["exit_grace"]
+        while newcomer.proc.poll() is None and time.monotonic() < until:
+            _starve(holder.pid, victim_cpu)
+            time.sleep(0.05)
+    finally:
+        hog.kill()
+        hog.wait()
+        if holder.proc.poll() is None:
+            _feed(holder.pid)
+    report = newcomer.wait_for("ready")
+    assert report["outcome"] == "succeeded", _log(kids)
+    status, _, err = holder.finish()
+    assert status == 0, err.decode()
+    mine = [e for e in kids.events() if holder.pid in (e["pid"], e.get("peer_pid"))]
+    assert [e for e in mine if e["event"] in ("terminated", "killed", "hung")] == [], _log(kids)
+    spared = [e for e in mine if e["event"] == "timeout" and e.get("phase") == "exit"]
+    assert all(e["busy"] for e in spared), _log(kids)
+    os.kill(newcomer.pid, signal.SIGKILL)  # frees the project for the next round
+    newcomer.finish()
+    return bool(spared)
+
+
+@pytest.mark.timeout(180)
+def test_an_incumbent_starved_after_the_ack_is_spared_and_leaves(kids: Children) -> None:
+    """Seed 1 with starve_holder: an incumbent kept off the CPU could not act on the ACK
+    within exit_grace and was SIGTERMed as hung; it is healthy, and leaves once fed.
+    SCHED_IDLE still leaves a sliver of CPU: up to three rounds, until one was starved
+    past exit_grace (no round may see a signal)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2 or not hasattr(os, "SCHED_IDLE"):
+        pytest.skip("needs two CPUs (one to starve the holder on, one for the newcomer)")
+    victim_cpu, other = cpus[0], set(cpus[1:])
+    spared = any(_starved_after_the_ack(kids, victim_cpu, other) for _ in range(3))
+    assert spared, "the incumbent was never starved past exit_grace"
+
+
 def test_a_stuck_saver_is_not_taken_for_a_starved_one() -> None:
     hz, stall = 100, 0.6
-    assert starved_save(("S", 10), ("R", 12), stall, hz)  # runnable, 20 ms of CPU
-    assert not starved_save(("S", 10), ("S", 10), stall, hz)  # asleep, no CPU: stuck
-    assert not starved_save(("R", 10), ("R", 80), stall, hz)  # spinning: 0.7 s of CPU
-    assert not starved_save(("R", 10), ("T", 10), stall, hz)  # stopped
-    assert not starved_save(None, ("R", 10), stall, hz)
+    assert starved(("S", 10), ("R", 12), stall, hz)  # runnable, 20 ms of CPU
+    assert not starved(("S", 10), ("S", 10), stall, hz)  # asleep, no CPU: stuck
+    assert not starved(("R", 10), ("R", 80), stall, hz)  # spinning: 0.7 s of CPU
+    assert not starved(("R", 10), ("T", 10), stall, hz)  # stopped
+    assert not starved(None, ("R", 10), stall, hz)
 
 
 def test_a_silent_holder_is_spared_by_cpu_used_and_never_past_the_wall_cap() -> None:
