@@ -154,7 +154,9 @@ def excused_overlap(
     acquired and before the newer reign did; or, while its process was alive
     and before it acquired, in a handover it then committed (``lost`` must
     then say it noticed).  From that moment to the end of its reign it ran
-    (not counting time it was stopped) at most :data:`DETECTION_BOUND_NS`,
+    (not counting time it was stopped, or kept off the CPU by the harness's
+    ``starve_holder``: it could not run then either) at most
+    :data:`DETECTION_BOUND_NS`,
     plus ``request`` if it had a handover out then (a holder waits for the
     handover's end before it steps down; its ``check_current()`` fails
     meanwhile).  "Then" includes a SAVED sent after the loss and before the
@@ -177,7 +179,7 @@ def excused_overlap(
         return None
     request = int(TIMEOUTS["request"] * 1e9)
     out = any(began - request <= at <= end for at in saved_ns)
-    ran = (end - began) - older.stopped_ns(began, end)
+    ran = (end - began) - older.stopped_ns(began, end, starved=True)
     return (ran, note, out) if ran <= DETECTION_BOUND_NS + request * out else None
 
 

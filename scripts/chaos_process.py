@@ -50,6 +50,8 @@ class Proc:
     kill_began_ns: int | None = None
     #: (signal name, monotonic ns before sending, monotonic ns after) for every signal sent.
     signals: list[tuple[str, int, int]] = field(default_factory=list)
+    #: (from, until) spans the harness kept it off the CPU (``starve_holder``); INF while on.
+    starved: list[tuple[float, float]] = field(default_factory=list)
     stopped: bool = False
     #: When the harness heard ``before_ack``: the child stops itself right after saying so.
     self_stop_ns: int | None = None
@@ -121,10 +123,15 @@ class Proc:
         """Whether this process may have been stopped at any moment of ``[start, end]``."""
         return any(a <= end and b >= start for a, b in self.stops())
 
-    def stopped_ns(self, start: float, end: float) -> float:
-        """How long, within ``[start, end]``, this process may have been stopped."""
+    def stopped_ns(self, start: float, end: float, *, starved: bool = False) -> float:
+        """How long, within ``[start, end]``, this process may have been stopped.
+
+        With ``starved``, also the time the harness kept it off the CPU
+        (``starve_holder`` .. ``feed_holder``): it could not run then either.
+        """
+        spans = self.stops() + (self.starved if starved else [])
         total, reach = 0.0, start
-        for first, last in sorted(self.stops()):
+        for first, last in sorted(spans):
             a, b = max(first, reach), min(last, end)
             if b > a:
                 total += b - a
@@ -188,6 +195,7 @@ class Proc:
             "killed_ns": self.killed_ns,
             "kill_began_ns": self.kill_began_ns,
             "signals": self.signals,
+            "starved": self.starved,
             "self_stop_ns": self.self_stop_ns,
             "ready": self.ready,
             "ready_ns": self.ready_ns,

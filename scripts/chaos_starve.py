@@ -14,7 +14,9 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 
+from chaos_process import INF
 from chaos_procs import Proc
 
 
@@ -44,6 +46,8 @@ class Starver:
         os.setpriority(os.PRIO_PROCESS, self.hog.pid, -20)
         self.victim = holder
         _each_thread(holder.pid, os.SCHED_IDLE, {cpus[0]})
+        # From once it is off the CPU (the judge counts no running time in it).
+        holder.starved.append((time.monotonic_ns(), INF))
         return f"pid {holder.pid} starved on CPU {cpus[0]}"
 
     def feed(self) -> str:
@@ -51,6 +55,8 @@ class Starver:
         if self.hog is None:
             return "nothing starved"
         victim, self.victim = self.victim, None
+        if victim is not None and victim.starved:  # until just before it may run again
+            victim.starved[-1] = (victim.starved[-1][0], time.monotonic_ns())
         if victim is not None and victim.alive:
             _each_thread(victim.pid, os.SCHED_OTHER, os.sched_getaffinity(0))
         self.hog.kill()

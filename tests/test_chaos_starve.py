@@ -26,7 +26,7 @@ def test_starve_then_feed_a_real_process() -> None:
     code = "import threading, time; threading.Thread(target=time.sleep, args=(60,)).start()"
     victim = subprocess.Popen([sys.executable, "-c", code + "; time.sleep(60)"])
     try:
-        proc = SimpleNamespace(pid=victim.pid, stopped=False, alive=True)
+        proc = SimpleNamespace(pid=victim.pid, stopped=False, alive=True, starved=[])
         starver = Starver()
         assert starver.starve(None) == "no running holder"
         assert starver.starve(proc).startswith(f"pid {victim.pid} starved")  # type: ignore[arg-type]
@@ -39,6 +39,8 @@ def test_starve_then_feed_a_real_process() -> None:
         )
         assert starver.starve(proc) == "a holder is starved already"  # type: ignore[arg-type]
         assert starver.feed() == f"pid {victim.pid} fed"
+        ((began, ended),) = proc.starved  # the span the judge counts as off the CPU
+        assert 0 < began < ended < float("inf")
         assert _policies(victim.pid) == {os.SCHED_OTHER}
         assert os.sched_getaffinity(victim.pid) == set(cpus)
         assert starver.hog is None and not Path(f"/proc/{hog}").exists()
@@ -104,3 +106,19 @@ def test_cpythons_at_fork_hook_warning_is_counted_apart_from_exceptions() -> Non
     assert proc.exception().startswith("OSError: [Errno 28]") and proc.fork_hook_races() == 1
     proc.stderr_tail = (crash + warning).encode()
     assert proc.exception().startswith("OSError: [Errno 28]")
+
+
+def test_time_starved_by_the_harness_is_not_running_time_for_the_excuse() -> None:
+    """Seed 6: starved from before a wipe until 1.15 s after it, the holder noticed 53 ms
+    after it was fed; without the starved span that was 1.2 s of "running"."""
+    import chaos_current as current
+    from test_chaos import _proc
+
+    second = 1_000_000_000
+    holder = _proc(101, spawn=0, exit_=9 * second, rc=0, ready={"counter": 1})
+    wipe = [(2 * second, 2 * second + 1000, "step 102: runtime dir wiped")]
+    span = (1 * second, int(3.3 * second))  # acquired at 1 s, relinquished at 3.3 s
+    assert current.excused_overlap(holder, span, True, int(2.5 * second), wipe, []) is None
+    holder.starved = [(int(1.9 * second), int(3.25 * second))]
+    excuse = current.excused_overlap(holder, span, True, int(2.5 * second), wipe, [])
+    assert excuse is not None and excuse[0] == 0.05 * second
