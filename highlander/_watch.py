@@ -226,7 +226,6 @@ def republish(incumbent: Incumbent) -> None:
 
     It still holds the lock, so the path is its own to take.
     """
-    from highlander._errors import ForeignHolderError  # noqa: PLC0415
     from highlander._listener import Listener  # noqa: PLC0415
 
     settings = incumbent.settings
@@ -244,7 +243,9 @@ def republish(incumbent: Incumbent) -> None:
         return
     try:
         listener, _ = Listener.bind(paths)
-    except (ForeignHolderError, OSError) as exc:
+    except (HighlanderError, OSError) as exc:
+        # A foreign listener, or what no rename can replace (a directory put
+        # there since the look above, a mount point): named, never fatal.
         if incumbent.blocked != str(exc):
             incumbent.blocked = str(exc)
             events.emit(Event.SOCKET_BLOCKED, socket=paths.socket, reason=str(exc))

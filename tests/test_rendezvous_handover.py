@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,37 @@ def test_a_lock_replaced_during_the_save_ends_the_reign_instead_of_a_handover(
     (first, second) = sorted(kids.reigns(), key=lambda r: r[2])
     assert first[0] == holder.pid and second[0] == newcomer.pid
     assert first[3] <= second[2]
+
+
+@pytest.mark.timeout(120)
+def test_a_socket_path_no_rename_can_replace_is_named_not_a_step_down(
+    kids: Children, tmp_path: Path
+) -> None:
+    """Chaos seed 12: a directory replaced the socket path between the holder's look and
+    its rename; the rename's error escaped and the healthy holder stepped down (its state
+    lost). A bind mount over the socket path makes the same failure every time: the
+    rename hits a mount point (EBUSY). The holder names it and keeps the project."""
+    holder = kids.start(save="normal", steps=1)
+    holder.wait_for("ready")
+    (sock,) = kids.runtime.glob("*.sock")
+    stand_in = tmp_path / "not-a-socket"
+    stand_in.write_bytes(b"")
+    mounted = subprocess.run(
+        ["mount", "--bind", str(stand_in), str(sock)], capture_output=True, check=False
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot bind-mount over the socket here: {mounted.stderr.decode().strip()}")
+    try:
+        (kids.runtime / "wake-the-watch").write_bytes(b"")  # a mount makes no inotify event
+        deadline = time.monotonic() + 30  # a hang guard, not a timing bound
+        while time.monotonic() < deadline and not kids.events("socket_blocked"):
+            time.sleep(0.05)
+        (blocked,) = kids.events("socket_blocked")
+        assert blocked["pid"] == holder.pid and "remove" in blocked["reason"]
+        assert holder.proc.poll() is None
+        assert kids.events("serving_failed") == [] and kids.events("relinquished") == []
+    finally:
+        subprocess.run(["umount", "-l", str(sock)], check=False)
+    (kids.runtime / "wake-again").write_bytes(b"")
+    report = kids.start().wait_for("ready")
+    assert report["outcome"] == "succeeded" and report["handoff"]["from"] == holder.pid
