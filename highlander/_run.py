@@ -150,12 +150,15 @@ class Wrapper:
         while self.signalled is None and not tree.exited():
             readable([tree.pidfd, self._wake_read], None)
         signum = self.signalled
+        why = f"the wrapper got {signal.Signals(signum).name}" if signum else ""
         if signum is None:
-            return self.end("the command exited", None)
-        why = f"the wrapper got {signal.Signals(signum).name}"
-        if not self.forwarded:  # it came before the tree existed
-            return self.end(why, signum)
-        return self.end(why, None, signalled=True)
+            ending = self.end("the command exited", None)
+        elif not self.forwarded:  # it came before the tree existed
+            ending = self.end(why, signum)
+        else:
+            ending = self.end(why, None, signalled=True)
+        tree.close()  # this thread waited on its pidfd: the tree has ended (self.end)
+        return ending
 
     def end(self, why: str, signum: int | None, *, signalled: bool = False) -> Ending:
         """End the tree once, whichever thread asks first; later callers get the same result."""

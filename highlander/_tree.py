@@ -177,7 +177,17 @@ class Tree:
 
     def exited(self) -> bool:
         """Whether the direct child has exited (it stays unreaped until :meth:`end`)."""
-        return readable([self.pidfd], 0)
+        return self.reaped or readable([self.pidfd], 0)
+
+    def close(self) -> None:
+        """Close the child's pidfd, once :meth:`end` is over (by the thread that waits on it).
+
+        Not in :meth:`end`: another thread (the supervising one) may be
+        waiting on the descriptor then, and a closed number can be reused.
+        """
+        if self.pidfd >= 0:
+            fd, self.pidfd = self.pidfd, -1
+            os.close(fd)
 
     def signal_group(self, signum: int) -> None:
         """Send ``signum`` to the command's process group.
@@ -256,7 +266,6 @@ class Tree:
         except subprocess.TimeoutExpired:  # SIGKILLed, and stuck in the kernel (D state)
             log("warning", "command_not_reaped", pid=self.pgid)
             returncode = -signal.SIGKILL
-        os.close(self.pidfd)
         self.look()
         others = sum(pid != self.pgid for pid, _ in watched)
         return Ending(returncode, not ended, others, time.monotonic() - started)
