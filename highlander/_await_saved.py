@@ -27,7 +27,7 @@ from highlander._wire import Overdue, receive_event
 async def await_saved(settings: Settings, greeting: Greeting, fds: list[int]) -> Message | Closed:
     """The incumbent's answer to SAVE after its progress reports; raises :class:`Overdue`."""
     events, conn, peer, waiter = settings.events, greeting.conn, greeting.peer, greeting.waiter
-    before = run_state(peer.pid)
+    before = run_state(peer.pid, threads=False)
     with LiveProgress(events, peer.pid) as live:
         while True:
             try:
@@ -46,4 +46,4 @@ async def await_saved(settings: Settings, greeting: Greeting, fds: list[int]) ->
             if not isinstance(event, ProgressReport):
                 return event
             live.report(event)
-            before = run_state(peer.pid)
+            before = run_state(peer.pid, threads=False)

@@ -119,7 +119,7 @@ async def greet(
         now=waiter.now(),
         timeouts=settings.timeouts,
     )
-    before = run_state(peer.pid)
+    before = run_state(peer.pid, threads=False)
     try:
         hello = await receive_event(sock, conn, waiter)
     except Overdue:

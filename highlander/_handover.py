@@ -152,7 +152,7 @@ async def _hear(settings: Settings, greeting: Greeting, answer: Answer) -> Answe
     """
     conn, peer, waiter = greeting.conn, greeting.peer, greeting.waiter
     limit = settings.timeouts.exit_grace
-    before, began = run_state(peer.pid), waiter.now()
+    before, began = run_state(peer.pid, threads=False), waiter.now()
     while True:
         try:
             event = await receive_event(greeting.sock, conn, waiter)

@@ -113,20 +113,23 @@ def stat_fields(pid: int, tid: int | None = None) -> list[bytes] | None:
     return fields if len(fields) > 19 else None
 
 
-def run_state(pid: int) -> tuple[str, int] | None:
+def run_state(pid: int, *, threads: bool = True) -> tuple[str, int] | None:
     """(state letter, utime + stime in clock ticks) of a process; ``None`` if gone.
 
     ``/proc/<pid>/stat`` gives the ticks of the whole process but the state
     of its main thread only, which sleeps while another thread (a holder's
     serving thread) runs or waits for a CPU.  So while the main thread is
     asleep the threads are asked too: one running (``R``) or waiting for the
-    disk (``D``) makes the process's state.
+    disk (``D``) makes the process's state.  ``threads=False`` skips that:
+    for a sample taken before a wait, which only its ticks and whether it is
+    stopped matter for (:func:`~highlander._deadlines.looks_busy`), and which
+    every greeting and handover takes.
     """
     fields = stat_fields(pid)
     if fields is None:
         return None
     state, ticks = fields[0].decode(), int(fields[11]) + int(fields[12])
-    if state in "SI":
+    if threads and state in "SI":
         try:
             tids = os.listdir(f"/proc/{pid}/task")
         except OSError:
@@ -138,7 +141,7 @@ def run_state(pid: int) -> tuple[str, int] | None:
 
 def is_halted(pid: int) -> bool:
     """Whether the kernel shows ``pid`` stopped (SIGSTOP, a tracer) or gone."""
-    state = run_state(pid)
+    state = run_state(pid, threads=False)  # a stop or an exit shows on the main thread
     return state is None or state[0] in "TtZXx"
 
 
