@@ -9,14 +9,16 @@ time a silent holder uses, not the wall time it is kept waiting.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 
 import pytest
-from proctools import Children
+from proctools import Child, Children
 
 from highlander._deadlines import STARVED_CAP, spared_busy, starved
 from highlander._identity import run_state
@@ -40,6 +42,26 @@ def _feed(pid: int) -> None:
         os.sched_setaffinity(tid, os.sched_getaffinity(0))
 
 
+@contextlib.contextmanager
+def _hog(holder: Child, cpu: int) -> Iterator[Callable[[], None]]:
+    """The holder's threads at ``SCHED_IDLE`` on ``cpu`` beside a nice -20 busy loop.
+
+    Yields a call that starves threads born since.  On the way out the loop
+    is ended by its pid and the holder, if alive, gets its CPUs back.
+    """
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(hog.pid, {cpu})
+        os.setpriority(os.PRIO_PROCESS, hog.pid, -20)
+        _starve(holder.pid, cpu)
+        yield lambda: _starve(holder.pid, cpu)
+    finally:
+        hog.kill()
+        hog.wait()
+        if holder.proc.poll() is None:
+            _feed(holder.pid)
+
+
 def _missed_hello(kids: Children) -> bool:
     return any(e.get("phase") == "hello" for e in kids.events("timeout"))
 
@@ -57,11 +79,7 @@ def test_a_holder_starved_past_the_ceiling_is_spared_and_hands_over(kids: Childr
     holder = kids.start(timeouts=TIMEOUTS, save="normal", steps=1, hold=600)
     holder.wait_for("ready")
     time.sleep(0.5)  # let its serving side start: what follows is starvation, not start-up
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        os.sched_setaffinity(hog.pid, {victim_cpu})
-        os.setpriority(os.PRIO_PROCESS, hog.pid, -20)
-        _starve(holder.pid, victim_cpu)
+    with _hog(holder, victim_cpu) as starve:
         newcomer = kids.start(timeouts=TIMEOUTS)
         os.sched_setaffinity(newcomer.pid, other)
         # Once the newcomer has seen the holder miss HELLO, starve it for twice
@@ -70,17 +88,12 @@ def test_a_holder_starved_past_the_ceiling_is_spared_and_hands_over(kids: Childr
         until = None
         while newcomer.proc.poll() is None and time.monotonic() < hang_guard:
             time.sleep(0.05)
-            _starve(holder.pid, victim_cpu)  # threads born meanwhile starve too
+            starve()  # threads born meanwhile starve too
             if until is None and _missed_hello(kids):
                 until = time.monotonic() + 2 * TIMEOUTS["ceiling"]
             if until is not None and time.monotonic() > until:
                 break
         assert until is not None, "the newcomer never saw the starved holder miss HELLO"
-    finally:
-        hog.kill()
-        hog.wait()
-        if holder.proc.poll() is None:
-            _feed(holder.pid)
     report = newcomer.wait_for("ready")
     assert report["outcome"] == "succeeded", _log(kids)
     status, _, err = holder.finish()
@@ -102,20 +115,12 @@ def test_a_saver_starved_past_the_stall_deadline_is_spared(kids: Children) -> No
     newcomer = kids.start(timeouts=timeouts)
     os.sched_setaffinity(newcomer.pid, other)
     holder.wait_for("saving")
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        os.sched_setaffinity(hog.pid, {victim_cpu})
-        os.setpriority(os.PRIO_PROCESS, hog.pid, -20)
+    with _hog(holder, victim_cpu) as starve:
         # Starved mid-save for five times the stall deadline (the old rule: one).
         until = time.monotonic() + 5 * timeouts["stall"]
         while newcomer.proc.poll() is None and time.monotonic() < until:
-            _starve(holder.pid, victim_cpu)
+            starve()
             time.sleep(0.05)
-    finally:
-        hog.kill()
-        hog.wait()
-        if holder.proc.poll() is None:
-            _feed(holder.pid)
     report = newcomer.wait_for("ready")
     assert report["outcome"] == "succeeded", _log(kids)
     assert report["handoff"] is not None
@@ -140,20 +145,11 @@ def _starved_after_the_ack(kids: Children, victim_cpu: int, other: set[int]) -> 
         e for e in kids.events("saved") if e["pid"] == holder.pid
     ]:
         time.sleep(0.02)
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        os.sched_setaffinity(hog.pid, {victim_cpu})
-        os.setpriority(os.PRIO_PROCESS, hog.pid, -20)
-        _starve(holder.pid, victim_cpu)
+    with _hog(holder, victim_cpu) as starve:
         until = time.monotonic() + 1.0 + 2.5 * timeouts["exit_grace"]
         while newcomer.proc.poll() is None and time.monotonic() < until:
-            _starve(holder.pid, victim_cpu)
+            starve()
             time.sleep(0.05)
-    finally:
-        hog.kill()
-        hog.wait()
-        if holder.proc.poll() is None:
-            _feed(holder.pid)
     report = newcomer.wait_for("ready")
     assert report["outcome"] == "succeeded", _log(kids)
     status, _, err = holder.finish()
