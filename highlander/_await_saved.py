@@ -17,7 +17,7 @@ from highlander._client import Greeting
 from highlander._connection import Closed
 from highlander._deadlines import Phase, starved
 from highlander._events import Event
-from highlander._identity import CLOCK_TICKS, run_state
+from highlander._identity import run_state
 from highlander._live import LiveProgress
 from highlander._messages import Message, ProgressReport
 from highlander._settings import Settings
@@ -35,9 +35,7 @@ async def await_saved(settings: Settings, greeting: Greeting, fds: list[int]) ->
             except Overdue as exc:
                 after = run_state(peer.pid)
                 stall = settings.timeouts.stall
-                if exc.deadline.phase is not Phase.STALL or not starved(
-                    before, after, stall, CLOCK_TICKS
-                ):
+                if exc.deadline.phase is not Phase.STALL or not starved(before, after, stall):
                     raise
                 conn.spare(waiter.now())
                 events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="stall", busy=True)

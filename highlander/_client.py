@@ -126,7 +126,7 @@ async def greet(
         after = run_state(peer.pid)
         busy = looks_busy(before, after)
         settings.events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="hello", busy=busy)
-        halted = after is not None and after[0] in "Tt"
+        halted = after is not None and after.state in "Tt"
         return Silent(peer.pid, closed=False, busy=busy, halted=halted)
     except SignatureError as exc:
         settings.events.emit(Event.AUTH_FAILED, peer_pid=peer.pid, reason=str(exc))

@@ -156,23 +156,53 @@ class Watch:
 #: (SIGSTOP, a debugger), a zombie, dead.
 _HALTED = frozenset("TtZXx")
 
+#: Seconds of waiting for a CPU during a missed deadline that show the
+#: machine, not the peer, was slow: a tick's worth.  A hung process asleep
+#: in a syscall queues for nothing; one the scheduler keeps off a CPU queues
+#: for most of the wait, whenever it wakes.
+QUEUED_EVIDENCE = 0.01
 
-def looks_busy(before: tuple[str, int] | None, after: tuple[str, int] | None) -> bool:
+
+class Sample(Value):
+    """A process as the kernel showed it at one instant: enough to tell starved from stuck.
+
+    ``state``: its scheduler letter (``R`` or ``D`` if any thread is
+    running, runnable or waiting for the disk); ``cpu``: CPU seconds it has
+    used; ``queued``: seconds its threads have spent runnable but waiting
+    for a CPU (0 where the kernel does not tell).  Only the differences
+    between two samples mean anything.
+    """
+
+    state: str
+    cpu: float
+    queued: float = 0.0
+
+
+def looks_busy(before: Sample | None, after: Sample | None) -> bool:
     """Whether a process that missed a deadline was working, not hung, by the kernel's account.
 
-    ``before`` and ``after`` are its (state letter, CPU ticks) when the wait
-    began and when the deadline passed.  A machine under load can starve a
-    holder's serving thread past a deadline; such a holder is running, waiting
-    for the disk, or gaining CPU time.  A stopped process, or one that sat
-    asleep without gaining a tick for the whole wait, is hung.
+    ``before`` and ``after``: samples from when the wait began and when the
+    deadline passed.  A machine under load can starve a holder past a
+    deadline; such a holder is running, waiting for the disk or for a CPU,
+    or gaining CPU time.  A stopped process, or one that sat asleep without
+    gaining CPU time or waiting for a CPU for the whole wait, is hung.
+
+    One instant's state is not enough: a starved saver that sleeps between
+    steps, or whose threads hand the GIL over through a futex, may show
+    every thread asleep at the instant of a look (chaos seed 4 killed such a
+    holder); the time it spent queued for a CPU meanwhile does not lie.
     """
     if before is None or after is None:
         return False
-    if after[0] in _HALTED or before[0] in _HALTED:
+    if after.state in _HALTED or before.state in _HALTED:
         return False
     # R: running or waiting for a CPU; D: waiting for the disk (a storm of
     # starts pages in the interpreter for every one of them): neither is a hang.
-    return after[0] in "RD" or after[1] > before[1]
+    return (
+        after.state in "RD"
+        or after.cpu > before.cpu
+        or after.queued - before.queued >= QUEUED_EVIDENCE
+    )
 
 
 #: However starved a busy holder was, it is spared at most this many times
@@ -194,17 +224,15 @@ def spared_busy(elapsed: float, cpu: float, ceiling: float) -> bool:
     return cpu <= ceiling and elapsed <= STARVED_CAP * ceiling
 
 
-def starved(
-    before: tuple[str, int] | None, after: tuple[str, int] | None, limit: float, hz: int
-) -> bool:
+def starved(before: Sample | None, after: Sample | None, limit: float) -> bool:
     """Whether a peer that missed a STALL or EXIT deadline was starved, not stuck.
 
-    ``before``/``after``: its (state, CPU ticks) when the timer started and
-    when it ran out; ``limit``: the timeout; ``hz``: ticks per second.
-    Starved: the kernel shows it working (:func:`looks_busy`) and it used
-    less than ``limit`` of CPU meanwhile.  A save hook that sleeps without
-    advancing is not busy; one that spins uses the CPU: both are stuck.
+    ``before``/``after``: samples from when the timer started and when it
+    ran out; ``limit``: the timeout.  Starved: the kernel shows it working
+    (:func:`looks_busy`) and it used less than ``limit`` of CPU meanwhile.
+    A save hook that sleeps without advancing is not busy; one that spins
+    uses the CPU: both are stuck.
     """
     if not looks_busy(before, after) or before is None or after is None:
         return False
-    return (after[1] - before[1]) / hz < limit
+    return after.cpu - before.cpu < limit

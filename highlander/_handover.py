@@ -29,7 +29,6 @@ from highlander._errors import Reason, TakeoverError, UnsafeFileError
 from highlander._events import Event
 from highlander._files import current_file_id
 from highlander._identity import (
-    CLOCK_TICKS,
     Expected,
     fd_holds_flock,
     is_halted,
@@ -160,7 +159,7 @@ async def _hear(settings: Settings, greeting: Greeting, answer: Answer) -> Answe
         except Overdue:
             after = run_state(peer.pid)
             within = waiter.now() - began < STARVED_CAP * limit
-            if not (within and starved(before, after, limit, CLOCK_TICKS)):
+            if not (within and starved(before, after, limit)):
                 return Answer.SILENT
             conn.spare(waiter.now())
             settings.events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="exit", busy=True)

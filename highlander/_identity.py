@@ -12,6 +12,7 @@ import os
 import sys
 from functools import cache
 
+from highlander._deadlines import Sample
 from highlander._values import Value
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
@@ -113,36 +114,48 @@ def stat_fields(pid: int, tid: int | None = None) -> list[bytes] | None:
     return fields if len(fields) > 19 else None
 
 
-def run_state(pid: int, *, threads: bool = True) -> tuple[str, int] | None:
-    """(state letter, utime + stime in clock ticks) of a process; ``None`` if gone.
+def run_state(pid: int, *, threads: bool = True) -> Sample | None:
+    """What the kernel shows of a process now; ``None`` if it is gone.
 
-    ``/proc/<pid>/stat`` gives the ticks of the whole process but the state
-    of its main thread only, which sleeps while another thread (a holder's
-    serving thread) runs or waits for a CPU.  So while the main thread is
-    asleep the threads are asked too: one running (``R``) or waiting for the
-    disk (``D``) makes the process's state.  ``threads=False`` skips that:
-    for a sample taken before a wait, which only its ticks and whether it is
-    stopped matter for (:func:`~highlander._deadlines.looks_busy`), and which
-    every greeting and handover takes.
+    ``/proc/<pid>/stat`` gives the CPU time of the whole process but the
+    state of its main thread only, which sleeps while another thread (a
+    holder's serving thread) runs or waits for a CPU.  So while the main
+    thread is asleep the threads are asked too: one running (``R``) or
+    waiting for the disk (``D``) makes the process's state.  ``threads=False``
+    skips that: for a sample taken before a wait, which only its times and
+    whether it is stopped matter for (:func:`~highlander._deadlines.looks_busy`),
+    and which every greeting and handover takes.  The time spent waiting for
+    a CPU (``/proc/<pid>/task/*/schedstat``) is always summed over threads.
     """
     fields = stat_fields(pid)
     if fields is None:
         return None
-    state, ticks = fields[0].decode(), int(fields[11]) + int(fields[12])
+    state = fields[0].decode()
+    cpu = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        tids = []
+    queued = sum(_queued_ns(pid, tid) for tid in tids) / 1e9
     if threads and state in "SI":
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            tids = []
         states = {t[0].decode() for t in (stat_fields(pid, int(tid)) for tid in tids) if t}
         state = next((s for s in "RD" if s in states), state)
-    return state, ticks
+    return Sample(state, cpu, queued)
+
+
+def _queued_ns(pid: int, tid: str) -> int:
+    """Nanoseconds thread ``tid`` has waited runnable for a CPU (0 if the kernel does not say)."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as handle:
+            return int(handle.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def is_halted(pid: int) -> bool:
     """Whether the kernel shows ``pid`` stopped (SIGSTOP, a tracer) or gone."""
-    state = run_state(pid, threads=False)  # a stop or an exit shows on the main thread
-    return state is None or state[0] in "TtZXx"
+    fields = stat_fields(pid)  # a stop or an exit shows on the main thread
+    return fields is None or fields[0].decode() in "TtZXx"
 
 
 def _status_uid(pid: int) -> int:

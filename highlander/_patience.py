@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import time
 
-from highlander._deadlines import looks_busy, spared_busy
-from highlander._identity import CLOCK_TICKS, run_state
+from highlander._deadlines import Sample, looks_busy, spared_busy
+from highlander._identity import run_state
 from highlander._record import read_record
 from highlander._settings import Settings
 
@@ -30,10 +30,10 @@ class Patience:
         self.since: float | None = None
         self.seen: tuple[int, int] | None = None
         self.count = 0
-        #: The recorded holder's (state, CPU ticks) at the last look.
-        self.first_run: tuple[str, int] | None = None
-        #: Its CPU ticks when the condition began (see :meth:`spares`).
-        self.ticks = 0
+        #: The recorded holder as the kernel showed it at the last look.
+        self.first_run: Sample | None = None
+        #: Its CPU seconds when the condition began (see :meth:`spares`).
+        self.cpu = 0.0
 
     def _look(self) -> float:
         record = read_record(self.settings.paths.state)
@@ -42,7 +42,7 @@ class Patience:
         if self.since is None or seen != self.seen:
             self.since, self.seen, self.count = now, seen, 0
             self.first_run = run_state(record.pid) if record else None
-            self.ticks = self.first_run[1] if self.first_run else 0
+            self.cpu = self.first_run.cpu if self.first_run else 0.0
         return now
 
     def busy(self) -> bool:
@@ -74,7 +74,7 @@ class Patience:
         now = self._look()
         assert self.since is not None
         state = run_state(self.seen[0]) if self.seen else None
-        cpu = (state[1] - self.ticks) / CLOCK_TICKS if state else 0.0
+        cpu = state.cpu - self.cpu if state else 0.0
         return spared_busy(now - self.since, cpu, ceiling)
 
     def tally(self) -> int:

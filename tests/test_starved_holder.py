@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from proctools import Child, Children
 
-from highlander._deadlines import STARVED_CAP, spared_busy, starved
+from highlander._deadlines import QUEUED_EVIDENCE, STARVED_CAP, Sample, spared_busy, starved
 from highlander._identity import run_state
 
 TIMEOUTS = {"hello": 0.3, "stall": 0.6, "ceiling": 2.0, "exit_grace": 1.0, "term_grace": 0.5}
@@ -178,12 +178,56 @@ def test_an_incumbent_starved_after_the_ack_is_spared_and_leaves(kids: Children)
 
 
 def test_a_stuck_saver_is_not_taken_for_a_starved_one() -> None:
-    hz, stall = 100, 0.6
-    assert starved(("S", 10), ("R", 12), stall, hz)  # runnable, 20 ms of CPU
-    assert not starved(("S", 10), ("S", 10), stall, hz)  # asleep, no CPU: stuck
-    assert not starved(("R", 10), ("R", 80), stall, hz)  # spinning: 0.7 s of CPU
-    assert not starved(("R", 10), ("T", 10), stall, hz)  # stopped
-    assert not starved(None, ("R", 10), stall, hz)
+    stall = 0.6
+    assert starved(Sample("S", 0.10), Sample("R", 0.12), stall)  # runnable, 20 ms of CPU
+    assert not starved(Sample("S", 0.10), Sample("S", 0.10), stall)  # asleep, no CPU: stuck
+    assert not starved(Sample("R", 0.10), Sample("R", 0.80), stall)  # spinning: 0.7 s of CPU
+    assert not starved(Sample("R", 0.10), Sample("T", 0.10), stall)  # stopped
+    assert not starved(None, Sample("R", 0.10), stall)
+    # Asleep at the instant of the look, but kept waiting for a CPU meanwhile.
+    assert starved(Sample("S", 0.1, 2.0), Sample("S", 0.1, 2.0 + 1.5 * QUEUED_EVIDENCE), stall)
+    assert not starved(Sample("S", 0.1, 2.0), Sample("S", 0.1, 2.0 + 0.5 * QUEUED_EVIDENCE), stall)
+    assert not starved(Sample("S", 0.1, 2.0), Sample("T", 0.1, 3.0), stall)  # stopped
+
+
+def test_queued_time_tells_a_starved_sleeper_from_a_hung_one() -> None:
+    """Chaos seed 4: a starved holder showed every thread asleep at the newcomer's look.
+
+    Real processes, real scheduling.  A process that wakes every 20 ms is
+    starved for a second on one CPU beside a nice -20 busy loop, then fed;
+    a second process sleeps for good.  Neither gains a CPU tick, and both
+    may show every thread asleep when looked at (a starved thread is ``R``
+    only while it waits; one that got its sliver and went back to sleep is
+    ``S``).  The time the starved one waited for a CPU tells them apart.
+    """
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2 or not hasattr(os, "SCHED_IDLE"):
+        pytest.skip("needs two CPUs (one to starve the sleeper on, one for this test)")
+    code = "import time\nwhile True: time.sleep(0.02)\n"
+    napper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    sleeper = subprocess.Popen([sys.executable, "-c", code])
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(hog.pid, {cpus[0]})
+        os.setpriority(os.PRIO_PROCESS, hog.pid, -20)
+        time.sleep(0.5)  # both children past their start, the napper asleep for good
+        before = {p.pid: run_state(p.pid) for p in (napper, sleeper)}
+        _starve(sleeper.pid, cpus[0])
+        time.sleep(1.0)
+        _feed(sleeper.pid)  # its wait ends: the kernel counts it once it runs
+        time.sleep(0.1)
+        after = {p.pid: run_state(p.pid) for p in (napper, sleeper)}
+        for pid, sample in after.items():
+            first = before[pid]
+            assert sample is not None and first is not None, pid
+            assert sample.cpu == first.cpu, (pid, first, sample)  # no tick gained
+            after[pid] = Sample("S", sample.cpu, sample.queued)  # what seed 4's look saw
+        assert starved(before[sleeper.pid], after[sleeper.pid], 0.6), (before, after)
+        assert not starved(before[napper.pid], after[napper.pid], 0.6), (before, after)
+    finally:
+        for proc in (hog, napper, sleeper):
+            proc.kill()
+            proc.wait()
 
 
 def test_a_silent_holder_is_spared_by_cpu_used_and_never_past_the_wall_cap() -> None:
@@ -207,7 +251,7 @@ def test_run_state_sees_a_running_thread_behind_a_sleeping_main_thread() -> None
         with open(f"/proc/{spinner.pid}/stat", "rb") as handle:
             main_state = handle.read().rsplit(b")", 1)[1].split()[0]
         assert main_state == b"S"  # what /proc/PID/stat alone says
-        states = {state[0] for state in (run_state(spinner.pid) for _ in range(20)) if state}
+        states = {state.state for state in (run_state(spinner.pid) for _ in range(20)) if state}
         assert states == {"R"}  # the spinning thread: running, or waiting for a CPU
     finally:
         spinner.kill()
