@@ -48,7 +48,7 @@ _LAZY = {
     "Highlander": "highlander._highlander",
     "HolderRecord": "highlander._record",
     "Mode": "highlander._modes",
-    "Outcome": "highlander._events",
+    "Outcome": "highlander._event_log",
     "Progress": "highlander._progress",
     "Timeouts": "highlander._deadlines",
 }
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from highlander._deadlines import Timeouts
-    from highlander._events import Outcome
+    from highlander._event_log import Outcome
     from highlander._highlander import Highlander
     from highlander._modes import Mode
     from highlander._progress import Progress

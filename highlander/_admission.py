@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from highlander._errors import Reason
-from highlander._events import Event
+from highlander._event_log import Event
 from highlander._messages import Intent, Save
 from highlander._settings import Settings
 from highlander._values import Value

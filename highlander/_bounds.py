@@ -4,7 +4,7 @@ Anything a peer sends can end up in an event (a protocol error quoting a
 field, a ``type`` value, a progress note, a refusal's detail), and one event
 is a line on stderr and a line in the event log.  Unbounded, a few processes
 sending 60 KB strings, or just connecting and closing in a loop, make the
-holder write hundreds of megabytes.  So :class:`highlander._events.EventLog`
+holder write hundreds of megabytes.  So :class:`highlander._event_log.EventLog`
 passes every event through this module, in one place:
 
 * :func:`bounded_fields` cuts every string field to :data:`CLIP_CHARS`

@@ -37,7 +37,7 @@ import stat
 import time
 
 from highlander._errors import ForeignHolderError
-from highlander._events import Event, Outcome
+from highlander._event_log import Event, Outcome
 from highlander._fencing import read_floor, store_floor
 from highlander._files import cannot_hold, lstat_problem, open_regular
 from highlander._identity import boot_id, cmdline, fd_holds_flock, own_identity

@@ -20,7 +20,7 @@ from highlander._cli_common import (
 def status(args: argparse.Namespace) -> int:
     """Run ``highlander status``: 0 a holder answers, 3 none, 4 held but not answering."""
     from highlander._control import query_status, uptime  # noqa: PLC0415
-    from highlander._events import read_events  # noqa: PLC0415
+    from highlander._event_log import read_events  # noqa: PLC0415
     from highlander._inspect import NoApp  # noqa: PLC0415
     from highlander._waiting import BLOCKING, run_blocking  # noqa: PLC0415
 
@@ -59,7 +59,7 @@ def status(args: argparse.Namespace) -> int:
 
 def _no_holder(args: argparse.Namespace, settings: Any, problem: str | None) -> int:
     """``status`` with nobody holding the project (exit 3)."""
-    from highlander._events import read_events  # noqa: PLC0415
+    from highlander._event_log import read_events  # noqa: PLC0415
 
     app = settings.app if settings is not None else None
     where = settings.root if settings is not None else root_of(args)

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 def stop(args: argparse.Namespace) -> int:
     """Run ``highlander stop [--force]``; return the exit status."""
     from highlander._control import force_stop, lock_is_held, request_stop  # noqa: PLC0415
-    from highlander._events import EventLog  # noqa: PLC0415
+    from highlander._event_log import EventLog  # noqa: PLC0415
     from highlander._inspect import NoApp  # noqa: PLC0415
     from highlander._waiting import BLOCKING, run_blocking  # noqa: PLC0415
 

@@ -26,9 +26,10 @@ from highlander._errors import (
     SignatureError,
     VersionMismatchError,
 )
-from highlander._events import Event
+from highlander._event_log import Event
 from highlander._identity import PeerCredentials, peer_credentials, process_identity, run_state
 from highlander._messages import Hello
+from highlander._policy import Impostor
 from highlander._settings import Settings
 from highlander._state import Role
 from highlander._values import Value
@@ -60,11 +61,8 @@ class Silent(Value):
     halted: bool = False
 
 
-class Mismatch(Value):
-    """HELLO contradicts the kernel; ``problem`` says how."""
-
-    pid: int
-    problem: str
+class Mismatch(Impostor):
+    """HELLO contradicts the kernel (``pid`` per the kernel); ``problem`` says how."""
 
 
 class QueueFull(Exception):  # noqa: N818 - a condition the callers turn into their own answer

@@ -34,7 +34,7 @@ from highlander._errors import (
 )
 from highlander._messages import NONCE_BYTES, Hello, Message, ProgressReport, Save, Status
 from highlander._signing import NO_NONCE, Direction, sign, verify
-from highlander._state import ENDINGS, Event, Role, State, StateMachine
+from highlander._state import ENDINGS, Move, Role, State, StateMachine
 from highlander._values import Value
 
 
@@ -134,7 +134,7 @@ class Connection:
         Raises :class:`LocalProtocolError` (and enters ERROR) if the message is
         illegal now or too large.
         """
-        target = self._machine.next_state(Event.SENT, message.TYPE)
+        target = self._machine.next_state(Move.SENT, message.TYPE)
         try:
             self._check_outgoing(message)
             payload = encode_payload(message, self._send_seq)
@@ -228,7 +228,7 @@ class Connection:
         payload, tag = split_body(body)
         seq, message = decode_payload(payload)
         self._authenticate(message, seq, payload, tag)
-        target = self._machine.next_state(Event.RECEIVED, message.TYPE)
+        target = self._machine.next_state(Move.RECEIVED, message.TYPE)
         if isinstance(message, ProgressReport) and message.counter < self._watch.last_counter:
             raise RemoteProtocolError(
                 f"PROGRESS counter went backwards ({message.counter} after "
@@ -268,7 +268,7 @@ class Connection:
         nonces = self._receive_nonces(message)
         if nonces is None:
             # next_state raises the protocol error that names the illegal message.
-            self._machine.next_state(Event.RECEIVED, message.TYPE)
+            self._machine.next_state(Move.RECEIVED, message.TYPE)
             raise AssertionError("unreachable: a message without nonce was legal")
         inc_nonce, new_nonce = nonces
         incoming = _SENDS[self.role.peer]

@@ -26,7 +26,6 @@ from highlander._errors import (
     HighlanderError,
     IncumbentUnreachableError,
     Reason,
-    SuccessionRefused,
 )
 from highlander._files import open_regular
 from highlander._messages import (
@@ -35,17 +34,17 @@ from highlander._messages import (
     Intent,
     ProgressReport,
     Refused,
-    Save,
     Saved,
     Status,
     StatusReply,
 )
 from highlander._observe import record_target
 from highlander._record import HolderRecord, read_record
+from highlander._save_request import refusal_error, request_save
 from highlander._settings import Settings
 from highlander._termination import terminate
 from highlander._waiting import Waiter
-from highlander._wire import Overdue, receive_event, send_frame
+from highlander._wire import Overdue, receive_event, send_message
 
 
 @dataclass
@@ -105,7 +104,7 @@ async def query_status(settings: Settings, waiter: Waiter) -> HolderStatus:
         conn = greeting.conn
         assert conn.peer_nonce is not None
         query = Status(nonce=conn.local_nonce.hex(), echo=conn.peer_nonce.hex())
-        await send_frame(sock, conn.send(query, waiter.now()), waiter)
+        await send_message(sock, conn, query, waiter)
         reply = await receive_event(sock, conn, waiter)
         if isinstance(reply, StatusReply):
             status.reply = reply
@@ -162,15 +161,8 @@ async def _ask_to_stop(
 ) -> tuple[int, dict[str, Any] | None]:
     """SAVE (intent STOP), PROGRESS*, SAVED, ACK_SUCCESSION with the greeted holder."""
     sock, conn, waiter, pid = greeting.sock, greeting.conn, greeting.waiter, greeting.hello.pid
-    assert conn.peer_nonce is not None
-    nonces = conn.local_nonce.hex(), conn.peer_nonce.hex()
-    save = Save(os.getpid(), _own_start_time(), *nonces, Intent.STOP, settings.app)
     try:
-        await send_frame(sock, conn.send(save, waiter.now()), waiter)
-        event = await receive_event(sock, conn, waiter)
-        while isinstance(event, ProgressReport):
-            on_progress(event)
-            event = await receive_event(sock, conn, waiter)
+        event = await request_save(settings, greeting, Intent.STOP, on_progress)
     except Overdue as exc:
         phase, timeouts = exc.deadline.phase, settings.timeouts
         what = {
@@ -183,10 +175,10 @@ async def _ask_to_stop(
         ) from None
     if isinstance(event, Refused):
         advice = "fix its save hook (its stderr has the traceback), or " + FORCE
-        raise SuccessionRefused(
+        raise refusal_error(
+            event,
             f"the holder (pid {pid}) refused and keeps the project: {event.detail}; "
             + (advice if event.reason is Reason.INTERNAL else "retry"),
-            reason=event.reason,
         )
     if isinstance(event, Busy):
         raise IncumbentUnreachableError(
@@ -198,7 +190,7 @@ async def _ask_to_stop(
             f"the holder (pid {pid}) closed the connection before saving: it may have "
             "been leaving; `highlander status` says whether it still holds the project"
         )
-    await send_frame(sock, conn.send(AckSuccession(), waiter.now()), waiter)
+    await send_message(sock, conn, AckSuccession(), waiter)
     try:  # the holder leaving; it has saved already, so a slow exit changes nothing
         while not isinstance(await receive_event(sock, conn, waiter), Closed):
             pass
@@ -257,12 +249,6 @@ async def force_stop(settings: Settings, waiter: Waiter) -> int:
             "just claimed, or a child that inherited the lock): see `highlander status`"
         )
     return target.pid
-
-
-def _own_start_time() -> int:
-    from highlander._identity import own_identity  # noqa: PLC0415
-
-    return own_identity().start_time
 
 
 def uptime(record: HolderRecord | None) -> float | None:

@@ -14,8 +14,10 @@ from highlander._modes import MODE_VAR, resolve_mode
 from highlander._rendezvous import (
     NAMES_KEY,
     RUNTIME_VAR,
+    DirFault,
     choose_runtime_dir,
     default_runtime_dir,
+    dir_fault,
     project_paths,
     project_root,
     project_source,
@@ -104,15 +106,16 @@ def _runtime_dir(path: str, env: Mapping[str, str]) -> Finding:
     special = _default_place(path, st, env)
     if special is not None:
         return special
-    fix = f"rm -r {path} (it is recreated) or set {RUNTIME_VAR} to a private directory"
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-        what = f"is owned by uid {st.st_uid}"
-        if not stat.S_ISDIR(st.st_mode):
-            what = "is a symlink" if stat.S_ISLNK(st.st_mode) else "is not a directory"
-        return Finding(FAIL, "runtime dir", f"{path} {what}", fix)
-    mode = stat.S_IMODE(st.st_mode)
-    if mode & 0o077:
+    fault, mode = dir_fault(st, os.geteuid()), stat.S_IMODE(st.st_mode)
+    if fault is DirFault.OPEN:
         return Finding(FAIL, "runtime dir", f"{path} has mode {mode:04o}", f"chmod 700 {path}")
+    if fault is not None:
+        what = {
+            DirFault.SYMLINK: "is a symlink",
+            DirFault.NOT_DIRECTORY: "is not a directory",
+        }.get(fault, f"is owned by uid {st.st_uid}")
+        fix = f"rm -r {path} (it is recreated) or set {RUNTIME_VAR} to a private directory"
+        return Finding(FAIL, "runtime dir", f"{path} {what}", fix)
     return Finding(OK, "runtime dir", f"{path} (mode {mode:04o}, yours)")
 
 
@@ -122,16 +125,15 @@ def _private(path: str) -> bool:
         st = os.lstat(path)
     except OSError:
         return False
-    mine = st.st_uid == os.geteuid() and not st.st_mode & 0o077
-    return stat.S_ISDIR(st.st_mode) and mine
+    return dir_fault(st, os.geteuid()) is None
 
 
 def _default_place(path: str, st: os.stat_result, env: Mapping[str, str]) -> Finding | None:
     """The squatted default (not a dead end) or the fallback in use; ``None`` otherwise."""
     uid = os.geteuid()
     default = default_runtime_dir(uid)
-    squatted = stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != uid
-    if path == default and squatted:
+    fault = dir_fault(st, uid)
+    if path == default and fault is not None and fault.squatted:
         return Finding(
             WARN,
             "runtime dir",

@@ -18,7 +18,6 @@ out with the socket, the kernel and the files:
 from __future__ import annotations
 
 import os
-import time
 
 from highlander._claim import Reign
 from highlander._client import Greeting
@@ -26,7 +25,7 @@ from highlander._commit import Answer, Verdict, newcomer_decides
 from highlander._connection import Closed
 from highlander._deadlines import STARVED_CAP, Phase, starved
 from highlander._errors import Reason, TakeoverError, UnsafeFileError
-from highlander._events import Event
+from highlander._event_log import Event
 from highlander._files import current_file_id
 from highlander._identity import (
     Expected,
@@ -40,7 +39,8 @@ from highlander._record import discard_record
 from highlander._settings import Settings
 from highlander._takeover import adopt_handover, prepare_takeover, take_over
 from highlander._termination import terminate
-from highlander._wire import Overdue, receive_event, send_frame
+from highlander._waiting import Waiter
+from highlander._wire import Overdue, receive_event, send_message
 
 #: The ways a conversation breaks when the incumbent's end is gone or not reading.
 _BROKEN = (BrokenPipeError, ConnectionResetError, TimeoutError)
@@ -52,7 +52,7 @@ async def conclude(
     """Commit the handover after ``saved``, or abort it (``None``: the incumbent kept it).
 
     ``fds`` are the descriptors that came with SAVED; this takes them over
-    (the list is emptied).
+    (the list is emptied).  ``started``: when SAVE was sent, on the waiter's clock.
     """
     events, peer = settings.events, greeting.peer
     sock, conn, waiter = greeting.sock, greeting.conn, greeting.waiter
@@ -67,7 +67,7 @@ async def conclude(
             raise await _decline(settings, greeting, exc) from exc
         answer = Answer.SILENT
         try:
-            await send_frame(sock, conn.send(AckSuccession(), waiter.now()), waiter)
+            await send_message(sock, conn, AckSuccession(), waiter)
         except _BROKEN:
             answer = Answer.SEND_FAILED
         verdict, answer = await _verdict(settings, greeting, lock.fd, answer)
@@ -85,7 +85,7 @@ async def conclude(
                 Event.HANDOVER_ABORTED,
                 peer_pid=peer.pid,
                 reason=why,
-                duration_ms=_ms(started),
+                duration_ms=_ms(started, waiter),
             )
             return None
         committed = True
@@ -102,7 +102,7 @@ async def conclude(
         staged,
         handoff=saved.handoff,
         predecessor=peer.pid,
-        started=started,
+        duration_ms=lambda: _ms(started, waiter),
     )
 
 
@@ -184,7 +184,7 @@ async def _decline(
     refused = Refused(Reason.PREPARE, detail[:1024])
     try:
         conn, waiter = greeting.conn, greeting.waiter
-        await send_frame(greeting.sock, conn.send(refused, waiter.now()), waiter)
+        await send_message(greeting.sock, conn, refused, waiter)
     except _BROKEN:
         pass  # the incumbent is gone: nothing changed for it either way
     settings.events.emit(Event.HANDOVER_ABORTED, peer_pid=greeting.peer.pid, reason=detail)
@@ -195,5 +195,5 @@ async def _decline(
     )
 
 
-def _ms(started: float) -> int:
-    return int((time.monotonic() - started) * 1000)
+def _ms(started: float, waiter: Waiter) -> int:
+    return int((waiter.now() - started) * 1000)

@@ -23,12 +23,12 @@ from highlander import _one_claim as one_claim
 from highlander._claim import Reign, claim_free, unproven
 from highlander._ending import ending
 from highlander._errors import ConfigurationError, Deposed, ForeignHolderError, HighlanderError
-from highlander._events import Event, Outcome
+from highlander._event_log import Event, Outcome
 from highlander._log import flush
 from highlander._modes import Mode, ThrashPolicy
 from highlander._one_claim import AlreadyHoldingError
 from highlander._record import HolderRecord
-from highlander._settings import Settings
+from highlander._settings import Options, Settings
 from highlander._threads import hold, start_daemon
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
@@ -78,17 +78,17 @@ class Highlander:
         legacy_lock: str | os.PathLike[str] | None = None,
         exit_when_orphaned: bool = True,
     ) -> None:
-        self._options: dict[str, Any] = {
-            "app": app,
-            "project": project,
-            "mode": mode,
-            "token": token,
-            "timeouts": timeouts,
-            "runtime_dir": runtime_dir,
-            "thrash": ThrashPolicy(thrash_limit, thrash_window),
-            "legacy_lock": legacy_lock,
-            "exit_when_orphaned": exit_when_orphaned,
-        }
+        self._options = Options(
+            app=app,
+            project=project,
+            mode=mode,
+            token=token,
+            timeouts=timeouts,
+            runtime_dir=runtime_dir,
+            thrash=ThrashPolicy(thrash_limit, thrash_window),
+            legacy_lock=legacy_lock,
+            exit_when_orphaned=exit_when_orphaned,
+        )
         # The client that started us; 1 means no client to outlive (init, a container).
         parent = os.getppid()
         self._parent = parent if exit_when_orphaned and parent > 1 else None
@@ -324,7 +324,7 @@ class Highlander:
 
     def _resolve(self) -> Settings:
         if self.settings is None:
-            self.settings = Settings.resolve(**self._options)
+            self.settings = self._options.resolve()
         return self.settings
 
     def _begin(self, reign: Reign) -> None:

@@ -25,7 +25,7 @@ from highlander._admission import other_app, policy
 from highlander._claim import Reign
 from highlander._connection import Connection
 from highlander._errors import ProtocolError, Reason, SignatureError, UnsafeSecretError
-from highlander._events import Event, Outcome
+from highlander._event_log import Event, Outcome
 from highlander._identity import PeerCredentials, own_identity, peer_credentials
 from highlander._listener import Listener
 from highlander._messages import (
@@ -45,7 +45,7 @@ from highlander._settings import Settings
 from highlander._state import Role
 from highlander._waiting import ANYIO
 from highlander._watch import keep_watch, lost_before_saved, take_back, watch_parent
-from highlander._wire import Overdue, receive_event, send_frame
+from highlander._wire import Overdue, receive_event, send_message
 
 #: Connections served at once; more are closed on accept (each is bounded by deadlines).
 MAX_CONNECTIONS = 64
@@ -77,7 +77,7 @@ class Incumbent:
         #: Open conversations, oldest first: scope -> whether its request arrived.
         self._slots: dict[anyio.CancelScope, bool] = {}
         self._evicted = 0
-        self._last_overload = 0.0
+        self._last_overload = float("-inf")
         self._guard = ServingGuard(settings.events, self._evict_idle)
         self._stop: anyio.Event | None = None
         self._stop_requested = threading.Event()
@@ -175,7 +175,7 @@ class Incumbent:
         victim.cancel()
         del self._slots[victim]
         self._evicted += 1
-        now = time.monotonic()
+        now = ANYIO.now()
         if now - self._last_overload >= 1.0:
             self.settings.events.emit(
                 Event.OVERLOAD, evicted=self._evicted, reason="idle connections evicted"
@@ -235,7 +235,7 @@ class Incumbent:
             since_ms=record.since_ms,
             nonce=conn.local_nonce.hex(),
         )
-        await send_frame(sock, conn.send(hello, ANYIO.now()), ANYIO)
+        await send_message(sock, conn, hello, ANYIO)
         request = await receive_event(sock, conn, ANYIO)
         if scope in self._slots:
             self._slots[scope] = True  # a real request: no longer evictable
@@ -249,14 +249,14 @@ class Incumbent:
                 busy=self._successor is not None,
             )
             # Not logged: a read-only query leaves no trace (a monitor may ask every second).
-            await send_frame(sock, conn.send(reply, ANYIO.now()), ANYIO)
+            await send_message(sock, conn, reply, ANYIO)
         elif isinstance(request, Save):
             await self._answer_save(sock, conn, request, peer)
 
     async def _refuse(
         self, sock: socket.socket, conn: Connection, reason: Reason, why: str
     ) -> None:
-        await send_frame(sock, conn.send(Refused(reason, why[:1024]), ANYIO.now()), ANYIO)
+        await send_message(sock, conn, Refused(reason, why[:1024]), ANYIO)
 
     async def _answer_save(
         self, sock: socket.socket, conn: Connection, save: Save, peer: PeerCredentials
@@ -265,7 +265,7 @@ class Incumbent:
         refusal = other_app(self.settings, save)
         if refusal is None and self._successor is not None:
             busy = Busy(pid=self._successor.pid, start_time=self._successor_start)
-            await send_frame(sock, conn.send(busy, ANYIO.now()), ANYIO)
+            await send_message(sock, conn, busy, ANYIO)
             events.emit(Event.BUSY, peer_pid=peer.pid, successor_pid=self._successor.pid)
             return
         history = self.reign.record.successions_ms
@@ -286,7 +286,7 @@ class Incumbent:
     async def _hand_over(
         self, sock: socket.socket, conn: Connection, save: Save, peer: PeerCredentials
     ) -> None:
-        events, started = self.settings.events, time.monotonic()
+        events, started = self.settings.events, ANYIO.now()
         events.emit(Event.SAVE_REQUESTED, peer_pid=peer.pid, intent=save.intent)
         try:
             handoff = await self._save().follow(sock, conn)
@@ -301,7 +301,7 @@ class Incumbent:
         succeed = save.intent is Intent.SUCCEED
         fds = [self.reign.lock.fd, self.reign.listener.sock.fileno()] if succeed else []
         self.handed_over = bool(fds)
-        await send_frame(sock, conn.send(saved, ANYIO.now()), ANYIO, fds)
+        await send_message(sock, conn, saved, ANYIO, fds)
         events.emit(
             Event.SAVED,
             peer_pid=peer.pid,
@@ -371,4 +371,4 @@ def _pid(peer: PeerCredentials | None) -> int | None:
 
 
 def _ms_since(started: float) -> int:
-    return int((time.monotonic() - started) * 1000)
+    return int((ANYIO.now() - started) * 1000)

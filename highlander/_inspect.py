@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from highlander._app_name import HASH_CHARS, app_stem, check_app
 from highlander._deadlines import Timeouts
 from highlander._errors import ConfigurationError
-from highlander._events import EventLog
+from highlander._event_log import EventLog
 from highlander._modes import ThrashPolicy, resolve_mode
 from highlander._names_key import read_names_key
 from highlander._record import read_record

@@ -20,7 +20,7 @@ import re
 import stat
 from functools import cache
 
-from highlander._events import Event, EventLog
+from highlander._event_log import Event, EventLog
 from highlander._identity import process_identity
 
 _PID = re.compile(rb"\d+")

@@ -18,7 +18,7 @@ import contextlib
 import time
 from types import TracebackType
 
-from highlander._events import Event, EventLog
+from highlander._event_log import Event, EventLog
 from highlander._messages import ProgressReport
 from highlander._threads import pause
 
@@ -26,7 +26,7 @@ from highlander._threads import pause
 EVERY = 1.0
 
 
-class LiveProgress:
+class SaveEcho:
     """Logs a save's PROGRESS frames: all to the event log, at most one a second to stderr.
 
     Use as a context manager around the wait: leaving it restores the hold.
@@ -62,7 +62,7 @@ class LiveProgress:
                 self._lifted = True
             self.events.show(Event.PROGRESS, record)
 
-    def __enter__(self) -> LiveProgress:
+    def __enter__(self) -> SaveEcho:
         return self
 
     def __exit__(

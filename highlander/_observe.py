@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from highlander._events import Event, Outcome
+from highlander._event_log import Event, Outcome
 from highlander._identity import Expected, mismatch
 from highlander._log import log
 from highlander._modes import Mode

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 
 from highlander._errors import ConfigurationError, Deposed
-from highlander._events import Outcome
+from highlander._event_log import Outcome
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:

@@ -3,30 +3,43 @@
 A storm hands the project over again and again; what happened under an
 earlier holder is no evidence against the current one, so every count and
 timer here restarts when the holder's record changes.  Used by
-:mod:`highlander._newcomer` to bound its patience with a silent, socketless
-or mismatched holder, and to ask the kernel whether that holder was working
-meanwhile (busy is not hung).
+:mod:`highlander._policy` to bound its patience with a silent, socketless
+or mismatched holder, and to judge from the kernel's samples whether that
+holder was working meanwhile (busy is not hung).
+
+Pure: the shell samples the clock, the record and the kernel once per
+failed attempt (:class:`Look`) and every method here decides from that.
 """
 
 from __future__ import annotations
 
-import time
-
 from highlander._deadlines import Sample, looks_busy, spared_busy
-from highlander._identity import run_state
-from highlander._record import read_record
-from highlander._settings import Settings
+from highlander._values import Value
+
+
+class Look(Value):
+    """What the newcomer saw when an attempt failed: everything the policy decides from.
+
+    ``now``: the waiter's monotonic clock.  ``holder``: the record's (pid,
+    generation), ``None`` without a record.  ``run``: that pid as the
+    kernel showed it (:class:`~highlander._deadlines.Sample`), ``None`` if
+    gone.  ``blocker``: what stands at the socket path that a rename cannot
+    replace.  ``moved``: whether the runtime directory's socket name
+    changed, ``None`` until the policy asked
+    (:class:`~highlander._policy.Relocate`).
+    """
+
+    now: float
+    holder: tuple[int, int] | None = None
+    run: Sample | None = None
+    blocker: str | None = None
+    moved: bool | None = None
 
 
 class Patience:
-    """How long (and how often) a condition has held, restarted when the holder's record changes.
+    """How long (and how often) a condition has held, restarted when the holder's record changes."""
 
-    A storm hands the project over again and again; what happened under an
-    earlier holder is no evidence against the current one.
-    """
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
+    def __init__(self) -> None:
         self.since: float | None = None
         self.seen: tuple[int, int] | None = None
         self.count = 0
@@ -35,17 +48,14 @@ class Patience:
         #: Its CPU seconds when the condition began (see :meth:`spares`).
         self.cpu = 0.0
 
-    def _look(self) -> float:
-        record = read_record(self.settings.paths.state)
-        seen = (record.pid, record.generation) if record else None
-        now = time.monotonic()
-        if self.since is None or seen != self.seen:
-            self.since, self.seen, self.count = now, seen, 0
-            self.first_run = run_state(record.pid) if record else None
+    def _look(self, look: Look) -> float:
+        if self.since is None or look.holder != self.seen:
+            self.since, self.seen, self.count = look.now, look.holder, 0
+            self.first_run = look.run if look.holder else None
             self.cpu = self.first_run.cpu if self.first_run else 0.0
-        return now
+        return look.now
 
-    def busy(self) -> bool:
+    def busy(self, look: Look) -> bool:
         """Whether the recorded holder has been working since the last look (kernel view).
 
         Compared with the previous sample, not the first: a holder that was
@@ -53,33 +63,32 @@ class Patience:
         """
         if self.seen is None:
             return False
-        now = run_state(self.seen[0])
-        working = looks_busy(self.first_run, now)
-        self.first_run = now
+        working = looks_busy(self.first_run, look.run)
+        self.first_run = look.run
         return working
 
-    def exceeded(self, limit: float) -> bool:
+    def exceeded(self, limit: float, look: Look) -> bool:
         """Whether the condition has lasted ``limit`` seconds under one record."""
-        now = self._look()
+        now = self._look(look)
         assert self.since is not None
         return now - self.since > limit
 
-    def spares(self, ceiling: float) -> bool:
+    def spares(self, ceiling: float, look: Look) -> bool:
         """Whether a busy holder is still within ``ceiling`` under one record.
 
         ``ceiling`` of CPU time it used meanwhile, not of wall time: a storm
         on two cores can keep a healthy holder's serving thread off the CPU
         for seconds (:func:`~highlander._deadlines.spared_busy`).
         """
-        now = self._look()
+        now = self._look(look)
         assert self.since is not None
-        state = run_state(self.seen[0]) if self.seen else None
+        state = look.run if self.seen else None
         cpu = state.cpu - self.cpu if state else 0.0
         return spared_busy(now - self.since, cpu, ceiling)
 
-    def tally(self) -> int:
+    def tally(self, look: Look) -> int:
         """Count one more occurrence; return how many there were under this record."""
-        self._look()
+        self._look(look)
         self.count += 1
         return self.count
 

@@ -28,6 +28,7 @@ key, :mod:`highlander._names_key`); :func:`verify_runtime_dir` only looks.
 
 from __future__ import annotations
 
+import enum
 import os
 import re
 import stat
@@ -226,34 +227,49 @@ def ensure_runtime_dir(path: str) -> str:
     return verify_runtime_dir(path)
 
 
+class DirFault(enum.Enum):
+    """What makes a runtime directory unsafe to meet in (:func:`dir_fault`)."""
+
+    SYMLINK = "symlink"  # someone else may have planted it
+    NOT_DIRECTORY = "not_directory"
+    FOREIGN = "foreign"  # owned by another uid: another user may control it
+    OPEN = "open"  # group or other permission bits: others could reach the socket
+
+    @property
+    def squatted(self) -> bool:
+        """Whether someone else may control the path (not merely too open): not ours to fix."""
+        return self is not DirFault.OPEN
+
+
+def dir_fault(st: os.stat_result, uid: int) -> DirFault | None:
+    """The one rule for a runtime directory (``st``: its lstat), for the claim and for doctor."""
+    if stat.S_ISLNK(st.st_mode):
+        return DirFault.SYMLINK
+    if not stat.S_ISDIR(st.st_mode):
+        return DirFault.NOT_DIRECTORY
+    if st.st_uid != uid:
+        return DirFault.FOREIGN
+    return DirFault.OPEN if st.st_mode & 0o077 else None
+
+
 def verify_runtime_dir(path: str) -> str:
     """Check an existing ``path`` as :func:`ensure_runtime_dir` does, creating nothing."""
     st = os.lstat(path)
     uid = os.geteuid()
+    fault = dir_fault(st, uid)
+    if fault is None:
+        return path
     hint = f"or set {RUNTIME_VAR} to a private directory"
-    if stat.S_ISLNK(st.st_mode):
-        raise UnsafeRuntimeDirError(
-            f"runtime directory {path} is a symlink, which someone else may have planted: "
-            f"remove it (rm {path}) so Highlander can create a real one, {hint}",
-            squatted=True,
-        )
-    if not stat.S_ISDIR(st.st_mode):
-        raise UnsafeRuntimeDirError(
-            f"runtime directory {path} is not a directory: remove it, {hint}",
-            squatted=True,
-        )
-    if st.st_uid != uid:
-        raise UnsafeRuntimeDirError(
-            f"runtime directory {path} is owned by uid {st.st_uid}, not by you (uid {uid}): "
-            f"another user may control it; remove it as its owner, {hint}",
-            squatted=True,
-        )
-    if st.st_mode & 0o077:
-        raise UnsafeRuntimeDirError(
-            f"runtime directory {path} has mode {stat.S_IMODE(st.st_mode):04o}; others could "
-            f"reach the socket: chmod 700 {path}, {hint}"
-        )
-    return path
+    message = {
+        DirFault.SYMLINK: f"runtime directory {path} is a symlink, which someone else may have "
+        f"planted: remove it (rm {path}) so Highlander can create a real one, {hint}",
+        DirFault.NOT_DIRECTORY: f"runtime directory {path} is not a directory: remove it, {hint}",
+        DirFault.FOREIGN: f"runtime directory {path} is owned by uid {st.st_uid}, not by you "
+        f"(uid {uid}): another user may control it; remove it as its owner, {hint}",
+        DirFault.OPEN: f"runtime directory {path} has mode {stat.S_IMODE(st.st_mode):04o}; "
+        f"others could reach the socket: chmod 700 {path}, {hint}",
+    }[fault]
+    raise UnsafeRuntimeDirError(message, squatted=fault.squatted)
 
 
 def _make_private_dirs(path: str) -> None:

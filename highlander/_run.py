@@ -39,7 +39,7 @@ from highlander._deadlines import Timeouts
 from highlander._descendants import readable
 from highlander._ending import leave_process
 from highlander._errors import ConfigurationError, HighlanderError
-from highlander._events import Event, EventLog
+from highlander._event_log import Event, EventLog
 from highlander._highlander import Highlander
 from highlander._log import flush
 from highlander._progress import Progress

@@ -20,7 +20,6 @@ once per run (``save_hook_failed``).
 from __future__ import annotations
 
 import contextlib
-import inspect
 import os
 import socket
 import threading
@@ -31,15 +30,15 @@ import anyio
 import anyio.abc
 import anyio.from_thread
 import anyio.lowlevel
-import anyio.to_thread
 
 from highlander._connection import Connection
 from highlander._errors import ProtocolError
+from highlander._hooks import call_hook
 from highlander._log import log
 from highlander._messages import ProgressReport
 from highlander._progress import Progress
 from highlander._waiting import ANYIO
-from highlander._wire import send_frame
+from highlander._wire import send_message
 
 SaveHook = Callable[[Progress], Any]
 
@@ -102,9 +101,7 @@ class SaveFlight:
 
         Raises the hook's exception if it failed.
         """
-        await send_frame(
-            sock, conn.send(ProgressReport(counter=0, note="saving"), ANYIO.now()), ANYIO
-        )
+        await send_message(sock, conn, ProgressReport(counter=0, note="saving"), ANYIO)
         sent = 0
         while True:
             wake = anyio.Event()
@@ -113,7 +110,7 @@ class SaveFlight:
                 state = self.progress.state
                 if state.counter > sent:
                     step = ProgressReport(state.counter, state.done, state.total, state.note)
-                    await send_frame(sock, conn.send(step, ANYIO.now()), ANYIO)
+                    await send_message(sock, conn, step, ANYIO)
                     sent = state.counter
                     continue
                 if not self.running:
@@ -173,11 +170,4 @@ def _plumbing(filename: str) -> bool:
 
 
 async def _call_hook(hook: SaveHook | None, progress: Progress) -> Any:
-    if hook is None:
-        return None
-    if inspect.iscoroutinefunction(hook):
-        return await hook(progress)
-    value = await anyio.to_thread.run_sync(hook, progress, abandon_on_cancel=True)
-    if inspect.isawaitable(value):
-        return await value
-    return value
+    return None if hook is None else await call_hook(hook, progress, abandon_on_cancel=True)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from highlander._events import Event, EventLog, Outcome
+from highlander._event_log import Event, EventLog, Outcome
 
 if TYPE_CHECKING:
     from highlander._incumbent import Incumbent

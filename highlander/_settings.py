@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from highlander._app_name import check_app
 from highlander._deadlines import Timeouts
 from highlander._errors import HighlanderError, UnsafeRuntimeDirError
-from highlander._events import EventLog
+from highlander._event_log import EventLog
 from highlander._fencing import floor_path
 from highlander._log import warn_once
 from highlander._modes import Mode, ThrashPolicy, resolve_mode
@@ -25,6 +25,7 @@ from highlander._rendezvous import (
     project_root,
     read_names_key,
 )
+from highlander._values import Value
 
 
 def default_app() -> str:
@@ -50,6 +51,38 @@ def runtime_directory(explicit: str | os.PathLike[str] | None, env: Mapping[str,
             "runtime-fallback", "runtime_fallback", squatted=directory, now=chosen, why=str(exc)
         )
         return chosen
+
+
+class Options(Value):
+    """The options a :class:`~highlander.Highlander` handle was given, before resolving.
+
+    Resolved (:meth:`resolve`) at the first acquire, not at construction,
+    so a handle made at import time sees the environment its ``main()`` sets.
+    """
+
+    app: str | None
+    project: str | os.PathLike[str] | None
+    mode: Mode | str | None
+    token: str | bytes | None
+    timeouts: Timeouts | None
+    runtime_dir: str | os.PathLike[str] | None
+    thrash: ThrashPolicy
+    legacy_lock: str | os.PathLike[str] | None
+    exit_when_orphaned: bool
+
+    def resolve(self) -> Settings:
+        """Resolve every option (argument, then environment, then default)."""
+        return Settings.resolve(
+            app=self.app,
+            project=self.project,
+            mode=self.mode,
+            token=self.token,
+            timeouts=self.timeouts,
+            runtime_dir=self.runtime_dir,
+            thrash=self.thrash,
+            legacy_lock=self.legacy_lock,
+            exit_when_orphaned=self.exit_when_orphaned,
+        )
 
 
 class Settings:

@@ -35,9 +35,9 @@ End of stream moves any state to CLOSED; the ``expected`` flag of the
 :class:`~highlander._connection.Closed` event says whether the conversation
 had reached an ending.
 
-The whole protocol is :data:`TRANSITIONS`: ``(role, state, event, message
-type) -> next state``, where event says whether this side SENT or RECEIVED
-the message.  Anything not in the table is illegal: sending it is a
+The whole protocol is :data:`TRANSITIONS`: ``(role, state, move, message
+type) -> next state``, where the :class:`Move` says whether this side SENT
+or RECEIVED the message.  Anything not in the table is illegal: sending it is a
 :class:`LocalProtocolError` (our bug), receiving it a
 :class:`RemoteProtocolError` (the peer's), and either way the side goes to
 ERROR for good.  :data:`WAITING` says which watchdog :class:`Phase` each
@@ -90,7 +90,7 @@ class State(enum.Enum):
     ERROR = "ERROR"
 
 
-class Event(enum.Enum):
+class Move(enum.Enum):
     """Whether this side sent or received the message."""
 
     SENT = "sent"
@@ -98,12 +98,12 @@ class Event(enum.Enum):
 
 
 NEW, INC = Role.NEWCOMER, Role.INCUMBENT
-SENT, RECEIVED = Event.SENT, Event.RECEIVED
+SENT, RECEIVED = Move.SENT, Move.RECEIVED
 S = State
 
 INITIAL: Final[dict[Role, State]] = {NEW: S.AWAIT_HELLO, INC: S.SEND_HELLO}
 
-TRANSITIONS: Final[dict[tuple[Role, State, Event, str], State]] = {
+TRANSITIONS: Final[dict[tuple[Role, State, Move, str], State]] = {
     # newcomer
     (NEW, S.AWAIT_HELLO, RECEIVED, "HELLO"): S.READY,
     (NEW, S.READY, SENT, "SAVE"): S.AWAIT_SAVED,
@@ -152,12 +152,12 @@ class StateMachine:
         self.role = role
         self.state = INITIAL[role]
 
-    def next_state(self, event: Event, message_type: str) -> State:
-        """Return where ``event`` of ``message_type`` would lead, or raise if illegal.
+    def next_state(self, move: Move, message_type: str) -> State:
+        """Return where ``move`` of ``message_type`` would lead, or raise if illegal.
 
         Raising puts the machine in ERROR.
         """
-        target = TRANSITIONS.get((self.role, self.state, event, message_type))
+        target = TRANSITIONS.get((self.role, self.state, move, message_type))
         if target is not None:
             return target
         was = self.state
@@ -166,7 +166,7 @@ class StateMachine:
             raise LocalProtocolError(
                 "this connection already failed; open a new one instead of reusing it"
             )
-        if event is Event.SENT:
+        if move is Move.SENT:
             raise LocalProtocolError(
                 f"{self.role.value} cannot send {message_type} in state {was.value}"
             )

@@ -9,11 +9,9 @@ the handover committed, take the listener and install the record.
 
 from __future__ import annotations
 
-import time
-
 from highlander._claim import ProjectLock, Reign, new_record
 from highlander._errors import HighlanderError, RemoteProtocolError, UnsafeFileError
-from highlander._events import Event, Outcome
+from highlander._event_log import Event, Outcome
 from highlander._fencing import read_floor, store_floor
 from highlander._files import current_file_id
 from highlander._record import HolderRecord, install_record, read_record, stage_record
@@ -22,6 +20,7 @@ from highlander._values import Value
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from highlander._listener import Listener
@@ -76,9 +75,12 @@ def take_over(
     *,
     handoff: dict[str, Any] | None,
     predecessor: int,
-    started: float,
+    duration_ms: Callable[[], int],
 ) -> Reign:
-    """Begin the reign the handover committed to us: take the listener, install the record."""
+    """Begin the reign the handover committed to us: take the listener, install the record.
+
+    ``duration_ms`` reads how long the handover has taken (on the newcomer's clock).
+    """
     listener.own()
     if listener.file_id is None or listener.file_id != current_file_id(settings.paths.socket):
         # The socket file was deleted or replaced during the handover (or the
@@ -111,7 +113,7 @@ def take_over(
         outcome=Outcome.SUCCEEDED,
         generation=record.generation,
         peer_pid=predecessor,
-        duration_ms=int((time.monotonic() - started) * 1000),
+        duration_ms=duration_ms(),
         **({"reason": problem} if problem else {}),
     )
     return Reign(lock, listener, record, handoff, Outcome.SUCCEEDED)

@@ -31,7 +31,7 @@ import signal
 
 from highlander._deadlines import Timeouts
 from highlander._errors import ForeignHolderError, IncumbentUnreachableError
-from highlander._events import Event, EventLog
+from highlander._event_log import Event, EventLog
 from highlander._identity import Expected, is_halted, mismatch
 from highlander._waiting import Waiter
 

@@ -23,7 +23,7 @@ import threading
 
 from highlander._descendants import open_verified, readable
 from highlander._errors import HighlanderError
-from highlander._events import Event
+from highlander._event_log import Event
 from highlander._files import install, open_regular, stage
 from highlander._identity import boot_id, own_identity
 from highlander._settings import Settings

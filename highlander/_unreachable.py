@@ -2,7 +2,7 @@
 
 The lock is held, but nobody listens on the socket path (or the queue of
 connections stays full) for longer than the newcomer's patience allows
-(:mod:`highlander._newcomer` decides when).  What stands at the path may
+(:mod:`highlander._policy` decides when).  What stands at the path may
 make that nobody's fault: a directory there is named, never answered with a
 kill.  Otherwise the holder named by the record is verified and ended
 (:mod:`highlander._termination`), but only if it is still the holder the
@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from highlander._errors import IncumbentUnreachableError
-from highlander._events import Event
+from highlander._event_log import Event
 from highlander._identity import is_halted
 from highlander._observe import record_target
 from highlander._one_claim import claimed_twice

@@ -29,7 +29,7 @@ import os
 import stat
 
 from highlander._errors import HighlanderError
-from highlander._events import Event, Outcome
+from highlander._event_log import Event, Outcome
 from highlander._files import current_file_id as file_id
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)

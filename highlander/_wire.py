@@ -64,6 +64,13 @@ async def send_frame(
         view = view[sent:]
 
 
+async def send_message(
+    sock: socket.socket, conn: Connection, message: Message, waiter: Waiter, fds: Sequence[int] = ()
+) -> None:
+    """Have ``conn`` frame ``message`` (signed, in sequence, at the waiter's time) and write it."""
+    await send_frame(sock, conn.send(message, waiter.now()), waiter, fds)
+
+
 async def receive_event(
     sock: socket.socket, conn: Connection, waiter: Waiter, fds: list[int] | None = None
 ) -> Message | Closed:

@@ -243,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _events(args: argparse.Namespace) -> int:
-    from highlander._events import read_new_events, snapshot_events  # noqa: PLC0415
+    from highlander._event_log import read_new_events, snapshot_events  # noqa: PLC0415
 
     settings = look_at(args)
     path = settings.paths.events

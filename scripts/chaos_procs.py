@@ -46,7 +46,7 @@ if str(REPO / "tests") not in sys.path:
 from proctools import TOKEN, Child, Children  # noqa: E402
 
 from highlander._deadlines import Timeouts  # noqa: E402
-from highlander._events import EventLog  # noqa: E402
+from highlander._event_log import EventLog  # noqa: E402
 from highlander._identity import process_identity  # noqa: E402
 from highlander._settings import Settings  # noqa: E402
 

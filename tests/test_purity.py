@@ -22,6 +22,9 @@ CORE = frozenset(
         "_connection",
         "_pair",
         "_values",
+        "_commit",
+        "_patience",
+        "_policy",
     }
 )
 FORBIDDEN = frozenset(

@@ -107,7 +107,7 @@ def mirror_events() -> None:
     path = cfg.get("event_mirror")
     if not path:
         return
-    from highlander._events import EventLog
+    from highlander._event_log import EventLog
 
     real = EventLog._write
 
