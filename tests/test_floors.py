@@ -1,10 +1,10 @@
 """The floors of docs/architecture.md: every module is on one, and nothing imports upward.
 
-core (pure: tests/test_purity.py) < host (this machine, its files, the
-process-wide services) < shell (conversations over sockets, through the
-Waiter) < top (the public handle) < cli.  An import inside a function counts
-like any other (it runs, only later); an import only for type checkers
-(``if TYPE_CHECKING:``) does not.
+core (pure: tests/test_purity.py checks every module of this floor) < host
+(this machine, its files, the process-wide services) < shell (conversations
+over sockets, through the Waiter) < top (the public handle) < cli.  An
+import inside a function counts like any other (it runs, only later); an
+import only for type checkers (``if TYPE_CHECKING:``) does not.
 """
 
 from __future__ import annotations
@@ -146,9 +146,3 @@ def test_the_checker_sees_lazy_imports_and_skips_type_only_ones() -> None:
         "    from highlander._newcomer import acquire\n"
     )
     assert _runtime_imports(ast.parse(source)) == [(5, "_newcomer")]
-
-
-def test_the_purity_test_covers_the_whole_core_floor() -> None:
-    from test_purity import CORE  # a sibling test module, importable as conftest is
-
-    assert FLOORS["core"] == CORE
