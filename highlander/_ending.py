@@ -6,9 +6,9 @@ import contextlib
 import os
 import sys
 
-from highlander._bounds import report_all_suppressed
-from highlander._event_log import Outcome
-from highlander._log import flush
+from highlander._host.bounds import report_all_suppressed
+from highlander._host.event_log import Outcome
+from highlander._host.log import flush
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
@@ -31,8 +31,8 @@ def ending(outcome: Outcome | None) -> str:
 
 
 async def run_deposed_hook(hook: Callable[[], Any] | None) -> None:
-    """Run the application's ``on_deposed`` (:mod:`highlander._hooks`), or leave the process."""
-    from highlander._hooks import call_hook  # noqa: PLC0415 - off the claim path
+    """Run the application's ``on_deposed`` (by :mod:`highlander._shell.hooks`), or leave."""
+    from highlander._shell.hooks import call_hook  # noqa: PLC0415 - off the claim path
 
     if hook is None:
         leave_process()

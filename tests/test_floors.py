@@ -1,10 +1,12 @@
-"""The floors of docs/architecture.md: every module is on one, and nothing imports upward.
+"""The floors of docs/architecture.md: one folder each, and nothing imports upward.
 
-core (pure: tests/test_purity.py checks every module of this floor) < host
-(this machine, its files, the process-wide services) < shell (conversations
-over sockets, through the Waiter) < top (the public handle) < cli.  An
-import inside a function counts like any other (it runs, only later); an
-import only for type checkers (``if TYPE_CHECKING:``) does not.
+``highlander/_core`` (pure: tests/test_purity.py checks every module in it)
+< ``_host`` (this machine, its files, the process-wide services) <
+``_shell`` (conversations over sockets, through the Waiter) < the public
+handle (the modules directly in ``highlander/``) < the command line
+(``cli.py`` and ``_commands``).  An import inside a function counts like
+any other (it runs, only later); an import only for type checkers
+(``if TYPE_CHECKING:``) does not.
 """
 
 from __future__ import annotations
@@ -17,91 +19,25 @@ import pytest
 import highlander
 
 PACKAGE_DIR = Path(highlander.__file__).parent
-FLOORS: dict[str, frozenset[str]] = {
-    "core": frozenset(
-        [
-            "_values",
-            "_errors",
-            "_canonical",
-            "_messages",
-            "_codec",
-            "_signing",
-            "_deadlines",
-            "_state",
-            "_connection",
-            "_pair",
-            "_commit",
-            "_patience",
-            "_policy",
-        ]
-    ),
-    "host": frozenset(
-        [
-            "_identity",
-            "_files",
-            "_rendezvous",
-            "_names_key",
-            "_app_name",
-            "_record",
-            "_fencing",
-            "_token",
-            "_legacy",
-            "_listener",
-            "_claim",
-            "_descendants",
-            "_termination",
-            "_settings",
-            "_modes",
-            "_event_log",
-            "_log",
-            "_threads",
-            "_bounds",
-            "_waiting",
-        ]
-    ),
-    "shell": frozenset(
-        [
-            "_wire",
-            "_client",
-            "_save_request",
-            "_newcomer",
-            "_unreachable",
-            "_handover",
-            "_takeover",
-            "_incumbent",
-            "_admission",
-            "_saving",
-            "_progress",
-            "_hooks",
-            "_live",
-            "_serving_guard",
-            "_watch",
-            "_observe",
-            "_control",
-            "_time_limit",
-            "_one_claim",
-        ]
-    ),
-    "top": frozenset(["__init__", "_highlander", "_ending", "testing"]),
-    "cli": frozenset(
-        [
-            "cli",
-            "_cli_common",
-            "_cli_status",
-            "_cli_stop",
-            "_doctor",
-            "_inspect",
-            "_snippets",
-            "_run",
-            "_tree",
-            "_tree_record",
-            "_command_name",
-            "_launchers",
-        ]
-    ),
-}
-LEVEL = {module: level for level, floor in enumerate(FLOORS.values()) for module in floor}
-NAMES = list(FLOORS)
+#: The floors, lowest first: the folder of each, or the modules directly in highlander/.
+FLOORS = ("_core", "_host", "_shell", "top", "_commands")
+#: Modules directly in highlander/ that are not on the "top" floor.
+TOP_LEVEL_EXCEPTIONS = {"cli": "_commands"}
+
+
+def floor_of(dotted: str) -> str:
+    """The floor of the highlander module ``dotted`` (``highlander._core.codec``, ...)."""
+    part = dotted.split(".")[1]
+    return part if part in FLOORS else TOP_LEVEL_EXCEPTIONS.get(part, "top")
+
+
+def modules() -> list[str]:
+    """Every module of the package, dotted."""
+    found = []
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        parts = path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts
+        found.append(".".join(parts))
+    return found
 
 
 def _runtime_imports(tree: ast.AST) -> list[tuple[int, str]]:
@@ -114,25 +50,24 @@ def _runtime_imports(tree: ast.AST) -> list[tuple[int, str]]:
     for node in ast.walk(tree):
         if id(node) in skipped or not isinstance(node, ast.ImportFrom) or not node.module:
             continue
-        parts = node.module.split(".")
-        if parts[0] == "highlander" and len(parts) > 1:
-            found.append((node.lineno, parts[1]))
+        if node.module.startswith("highlander."):
+            found.append((node.lineno, node.module))
     return found
 
 
-def test_every_module_is_on_exactly_one_floor() -> None:
-    modules = {path.stem for path in PACKAGE_DIR.glob("*.py")}
-    assert modules == set(LEVEL)
-    assert sum(len(floor) for floor in FLOORS.values()) == len(LEVEL)
+def test_every_folder_is_a_floor() -> None:
+    folders = {path.name for path in PACKAGE_DIR.iterdir() if (path / "__init__.py").is_file()}
+    assert folders == set(FLOORS) - {"top"}
 
 
-@pytest.mark.parametrize("module", sorted(LEVEL))
+@pytest.mark.parametrize("module", [m for m in modules() if not m.endswith("__init__")])
 def test_nothing_imports_upward(module: str) -> None:
-    tree = ast.parse((PACKAGE_DIR / f"{module}.py").read_text(encoding="utf-8"))
+    path = PACKAGE_DIR.parent / (module.replace(".", "/") + ".py")
+    level = FLOORS.index(floor_of(module))
     upward = [
-        f"line {line}: {module} ({NAMES[LEVEL[module]]}) imports {dep} ({NAMES[LEVEL[dep]]})"
-        for line, dep in _runtime_imports(tree)
-        if LEVEL[dep] > LEVEL[module]
+        f"line {line}: {module} ({floor_of(module)}) imports {dep} ({floor_of(dep)})"
+        for line, dep in _runtime_imports(ast.parse(path.read_text(encoding="utf-8")))
+        if FLOORS.index(floor_of(dep)) > level
     ]
     assert upward == []
 
@@ -143,6 +78,8 @@ def test_the_checker_sees_lazy_imports_and_skips_type_only_ones() -> None:
         "if TYPE_CHECKING:\n"
         "    from highlander._highlander import Highlander\n"
         "def f():\n"
-        "    from highlander._newcomer import acquire\n"
+        "    from highlander._shell.newcomer import acquire\n"
     )
-    assert _runtime_imports(ast.parse(source)) == [(5, "_newcomer")]
+    assert _runtime_imports(ast.parse(source)) == [(5, "highlander._shell.newcomer")]
+    assert floor_of("highlander.cli") == "_commands"
+    assert floor_of("highlander._highlander") == "top"

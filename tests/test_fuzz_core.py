@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from highlander._codec import (
+from highlander._core.codec import (
     HEADER,
     MAC_BYTES,
     NEED_DATA,
@@ -18,14 +18,14 @@ from highlander._codec import (
     decode_payload,
     encode_payload,
 )
-from highlander._connection import Closed, Connection
-from highlander._errors import (
+from highlander._core.connection import Closed, Connection
+from highlander._core.errors import (
     LocalProtocolError,
     ProtocolError,
     Reason,
     RemoteProtocolError,
 )
-from highlander._messages import (
+from highlander._core.messages import (
     MAX_NOTE,
     MESSAGE_TYPES,
     AckSuccession,
@@ -40,8 +40,8 @@ from highlander._messages import (
     Status,
     StatusReply,
 )
-from highlander._signing import derive_key
-from highlander._state import TRANSITIONS, Move, Role, State, StateMachine
+from highlander._core.signing import derive_key
+from highlander._core.state import TRANSITIONS, Move, Role, State, StateMachine
 
 KEY = derive_key(b"test-token", hashlib.sha256(b"/project").digest())
 NONCES = {Role.NEWCOMER: bytes.fromhex("11" * 16), Role.INCUMBENT: bytes.fromhex("22" * 16)}

@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 from conftest import CORE_TIMEOUTS, FakeClock
 
-from highlander._deadlines import QUEUED_EVIDENCE, STARVED_CAP, Sample
-from highlander._patience import Look, Patience
-from highlander._policy import (
+from highlander._core.deadlines import QUEUED_EVIDENCE, STARVED_CAP, Sample
+from highlander._core.patience import Look, Patience
+from highlander._core.policy import (
     FIRST_DELAY,
     MAX_ATTEMPTS,
     MAX_DELAY,

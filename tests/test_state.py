@@ -6,10 +6,10 @@ import itertools
 
 import pytest
 
-from highlander._deadlines import Phase
-from highlander._errors import LocalProtocolError, RemoteProtocolError
-from highlander._messages import MESSAGE_TYPES
-from highlander._state import (
+from highlander._core.deadlines import Phase
+from highlander._core.errors import LocalProtocolError, RemoteProtocolError
+from highlander._core.messages import MESSAGE_TYPES
+from highlander._core.state import (
     ENDINGS,
     INITIAL,
     TRANSITIONS,
