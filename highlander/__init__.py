@@ -7,14 +7,14 @@
 
 The secret comes from ``HIGHLANDER_TOKEN`` and the rollout stage from
 ``HIGHLANDER_MODE`` (observe, warn, auto).  Every error is a
-:class:`HighlanderError`; see :mod:`highlander._errors` for the hierarchy.
+:class:`HighlanderError`; see :mod:`highlander._core.errors` for the hierarchy.
 """
 
 from __future__ import annotations
 
 import importlib
 
-from highlander._errors import (
+from highlander._core.errors import (
     AcquireTimeoutError,
     AuthenticationError,
     ConfigurationError,
@@ -46,23 +46,23 @@ __version__ = "0.1.0.dev0"
 # error hierarchy and every module pays for what it actually touches.
 _LAZY = {
     "Highlander": "highlander._highlander",
-    "HolderRecord": "highlander._record",
-    "Mode": "highlander._modes",
-    "Outcome": "highlander._events",
-    "Progress": "highlander._progress",
-    "Timeouts": "highlander._deadlines",
+    "HolderRecord": "highlander._host.record",
+    "Mode": "highlander._host.modes",
+    "Outcome": "highlander._host.event_log",
+    "Progress": "highlander._shell.progress",
+    "Timeouts": "highlander._core.deadlines",
 }
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
     from typing import Any
 
-    from highlander._deadlines import Timeouts
-    from highlander._events import Outcome
+    from highlander._core.deadlines import Timeouts
     from highlander._highlander import Highlander
-    from highlander._modes import Mode
-    from highlander._progress import Progress
-    from highlander._record import HolderRecord
+    from highlander._host.event_log import Outcome
+    from highlander._host.modes import Mode
+    from highlander._host.record import HolderRecord
+    from highlander._shell.progress import Progress
 
 __all__ = [
     "AcquireTimeoutError",

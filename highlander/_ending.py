@@ -6,9 +6,9 @@ import contextlib
 import os
 import sys
 
-from highlander._bounds import report_all_suppressed
-from highlander._events import Outcome
-from highlander._log import flush
+from highlander._host.bounds import report_all_suppressed
+from highlander._host.event_log import Outcome
+from highlander._host.log import flush
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
@@ -31,17 +31,13 @@ def ending(outcome: Outcome | None) -> str:
 
 
 async def run_deposed_hook(hook: Callable[[], Any] | None) -> None:
-    """Run the application's ``on_deposed`` (sync in a worker thread), or leave the process."""
-    import inspect  # noqa: PLC0415 - on the serving loop, off the claim path
-
-    import anyio.to_thread  # noqa: PLC0415
+    """Run the application's ``on_deposed`` (by :mod:`highlander._shell.hooks`), or leave."""
+    from highlander._shell.hooks import call_hook  # noqa: PLC0415 - off the claim path
 
     if hook is None:
         leave_process()
-    elif inspect.iscoroutinefunction(hook):
-        await hook()
     else:
-        await anyio.to_thread.run_sync(hook)
+        await call_hook(hook)
 
 
 def leave_process() -> None:

@@ -2,7 +2,7 @@
 
 The sync API claims the project in the caller's thread with no event loop:
 a free project directly, a held one through the newcomer conversation driven
-by blocking waits (:mod:`highlander._waiting`).  Only then does a daemon
+by blocking waits (:mod:`highlander._host.waiting`).  Only then does a daemon
 thread import the protocol's event-loop side and serve newcomers, so neither
 asyncio nor the protocol core is on the claim's critical path, and the
 application's own work cannot block the protocol.  The async API does the
@@ -19,25 +19,25 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 
-from highlander import _one_claim as one_claim
-from highlander._claim import Reign, claim_free, unproven
+from highlander._core.errors import ConfigurationError, Deposed, ForeignHolderError, HighlanderError
 from highlander._ending import ending
-from highlander._errors import ConfigurationError, Deposed, ForeignHolderError, HighlanderError
-from highlander._events import Event, Outcome
-from highlander._log import flush
-from highlander._modes import Mode, ThrashPolicy
-from highlander._one_claim import AlreadyHoldingError
-from highlander._record import HolderRecord
-from highlander._settings import Settings
-from highlander._threads import hold, start_daemon
+from highlander._host.claim import Reign, claim_free, unproven
+from highlander._host.event_log import Event, Outcome
+from highlander._host.log import flush
+from highlander._host.modes import Mode, ThrashPolicy
+from highlander._host.record import HolderRecord
+from highlander._host.settings import Options, Settings
+from highlander._host.threads import hold, start_daemon
+from highlander._shell import one_claim
+from highlander._shell.one_claim import AlreadyHoldingError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
     from typing import Any
 
-    from highlander._deadlines import Timeouts
-    from highlander._incumbent import Incumbent
-    from highlander._saving import SaveHook
+    from highlander._core.deadlines import Timeouts
+    from highlander._shell.incumbent import Incumbent
+    from highlander._shell.saving import SaveHook
 
 
 class Highlander:
@@ -78,17 +78,17 @@ class Highlander:
         legacy_lock: str | os.PathLike[str] | None = None,
         exit_when_orphaned: bool = True,
     ) -> None:
-        self._options: dict[str, Any] = {
-            "app": app,
-            "project": project,
-            "mode": mode,
-            "token": token,
-            "timeouts": timeouts,
-            "runtime_dir": runtime_dir,
-            "thrash": ThrashPolicy(thrash_limit, thrash_window),
-            "legacy_lock": legacy_lock,
-            "exit_when_orphaned": exit_when_orphaned,
-        }
+        self._options = Options(
+            app=app,
+            project=project,
+            mode=mode,
+            token=token,
+            timeouts=timeouts,
+            runtime_dir=runtime_dir,
+            thrash=ThrashPolicy(thrash_limit, thrash_window),
+            legacy_lock=legacy_lock,
+            exit_when_orphaned=exit_when_orphaned,
+        )
         # The client that started us; 1 means no client to outlive (init, a container).
         parent = os.getppid()
         self._parent = parent if exit_when_orphaned and parent > 1 else None
@@ -188,8 +188,8 @@ class Highlander:
             self._become_duplicate(settings)
             return
         if reign is None:
-            from highlander._newcomer import acquire  # noqa: PLC0415 - contended only
-            from highlander._waiting import BLOCKING, run_blocking  # noqa: PLC0415
+            from highlander._host.waiting import BLOCKING, run_blocking  # noqa: PLC0415
+            from highlander._shell.newcomer import acquire  # noqa: PLC0415 - contended only
 
             result = run_blocking(acquire(settings, BLOCKING, timeout))
             assert isinstance(result, Reign)  # AUTO never yields a duplicate
@@ -218,8 +218,8 @@ class Highlander:
     async def __aenter__(self) -> Highlander:
         import anyio  # noqa: PLC0415 - the caller's loop has it loaded already
 
-        from highlander._newcomer import Duplicate, acquire  # noqa: PLC0415
-        from highlander._waiting import ANYIO  # noqa: PLC0415
+        from highlander._host.waiting import ANYIO  # noqa: PLC0415
+        from highlander._shell.newcomer import Duplicate, acquire  # noqa: PLC0415
 
         settings = self._resolve()
         if one_claim.find(settings) is not None:
@@ -324,7 +324,7 @@ class Highlander:
 
     def _resolve(self) -> Settings:
         if self.settings is None:
-            self.settings = Settings.resolve(**self._options)
+            self.settings = self._options.resolve()
         return self.settings
 
     def _begin(self, reign: Reign) -> None:
@@ -344,14 +344,14 @@ class Highlander:
 
     def _become_duplicate(self, settings: Settings) -> None:
         """Run beside the holder: the verdict now, the signed look at the holder meanwhile."""
-        from highlander._observe import become_duplicate  # noqa: PLC0415
+        from highlander._shell.observe import become_duplicate  # noqa: PLC0415
 
         self.outcome = Outcome.DUPLICATE
         self.holder, self._probe = become_duplicate(settings, self._on_duplicate)
 
     def _new_incumbent(self) -> Incumbent | None:
         """The server of this reign; ``None`` if release() came first."""
-        from highlander._incumbent import Incumbent  # noqa: PLC0415 - off the claim path
+        from highlander._shell.incumbent import Incumbent  # noqa: PLC0415 - off the claim path
 
         assert self.settings is not None and self._reign is not None
         with self._serving:

@@ -10,7 +10,7 @@ returns the command's, or 0 once its reign ended through Highlander
 With ``--json`` every call prints exactly one JSON document on stdout,
 errors included (``{"error": ..., "exit": N}``); only ``events --follow``
 streams, one JSON object per line.  ``status``, ``events`` and ``doctor``
-only look: they create nothing and log nothing (:mod:`highlander._inspect`).
+only look: they create nothing and log nothing (:mod:`highlander._commands.inspect`).
 Every option a subcommand accepts changes what it does; an option that
 would mean nothing there (``token --project``, ``run --json``) is a usage
 error that says why.
@@ -30,9 +30,17 @@ from dataclasses import asdict
 from typing import Any, NoReturn
 
 from highlander import __version__
-from highlander._cli_common import FAILURE, OK, USAGE, event_line, fail, look_at, print_json
-from highlander._cli_status import status
-from highlander._cli_stop import stop
+from highlander._commands.cli_common import (
+    FAILURE,
+    OK,
+    USAGE,
+    event_line,
+    fail,
+    look_at,
+    print_json,
+)
+from highlander._commands.cli_status import status
+from highlander._commands.cli_stop import stop
 
 PROJECT_HELP = (
     "the project's top-level directory (default: $HIGHLANDER_PROJECT, else "
@@ -98,8 +106,8 @@ def _where(parser: argparse.ArgumentParser, app_help: str, *, json_option: bool 
 
 def _wind_down(text: str) -> float:
     """``run --wind-down``: seconds, more than 0 and at most the longest allowed."""
-    from highlander._errors import ConfigurationError  # noqa: PLC0415
-    from highlander._run import check_wind_down  # noqa: PLC0415
+    from highlander._commands.run import check_wind_down  # noqa: PLC0415
+    from highlander._core.errors import ConfigurationError  # noqa: PLC0415
 
     try:
         return check_wind_down(float(text))
@@ -232,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "token": _token,
         "run": _run,
     }[args.command]
-    from highlander._errors import HighlanderError  # noqa: PLC0415
+    from highlander._core.errors import HighlanderError  # noqa: PLC0415
 
     try:
         return int(handler(args))
@@ -243,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _events(args: argparse.Namespace) -> int:
-    from highlander._events import read_new_events, snapshot_events  # noqa: PLC0415
+    from highlander._host.event_log import read_new_events, snapshot_events  # noqa: PLC0415
 
     settings = look_at(args)
     path = settings.paths.events
@@ -265,7 +273,7 @@ def _events(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from highlander._doctor import FAIL, diagnose, python_ok  # noqa: PLC0415
+    from highlander._commands.doctor import FAIL, diagnose, python_ok  # noqa: PLC0415
 
     findings = [
         python_ok(),
@@ -288,7 +296,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _token(args: argparse.Namespace) -> int:
-    from highlander._snippets import NOTES, snippets  # noqa: PLC0415
+    from highlander._commands.snippets import NOTES, snippets  # noqa: PLC0415
 
     token = secrets.token_urlsafe(32)
     found = snippets(token, args.app or "my-server")
@@ -303,7 +311,7 @@ def _token(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from highlander._run import run  # noqa: PLC0415
+    from highlander._commands.run import run  # noqa: PLC0415
 
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":

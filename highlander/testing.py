@@ -169,7 +169,7 @@ class Sandbox:
 
     def close(self) -> None:
         """End every process started here by its pid, then remove the runtime dir."""
-        from highlander._termination import signal_child  # noqa: PLC0415 - the only signaller
+        from highlander._host.termination import signal_child  # noqa: PLC0415 - the only signaller
 
         for proc in self._started:
             if proc.poll() is None:

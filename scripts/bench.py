@@ -18,7 +18,7 @@ said otherwise:
 5. ``import highlander`` in a fresh interpreter, alone and after asyncio,
    anyio, json and logging (the marginal cost), timed by the child itself.
 6. Identity verification of a live holder child from ``/proc``
-   (``highlander._identity.mismatch``), per call over 1000 calls in this
+   (``highlander._host.identity.mismatch``), per call over 1000 calls in this
    process: record-based (with boot id and lock file) and HELLO-based.
 7. A SIGSTOPped holder child replaced by a fresh newcomer child (HELLO
    timeout, SIGTERM, term grace, SIGKILL, claim), over ``--stop-runs`` runs;

@@ -105,7 +105,7 @@ def acquire_runs(scratch: Path, runs: int, profiler: cProfile.Profile | None = N
     one(None)  # warm-up, untimed and unprofiled
     # The warm-up's log lines start the log thread, which imports structlog:
     # let that finish rather than compete with the timed runs.
-    from highlander._log import flush  # noqa: PLC0415
+    from highlander._host.log import flush  # noqa: PLC0415
 
     flush()
     return [one(profiler) for _ in range(runs)]

@@ -217,7 +217,7 @@ class Children:
     def settings(self) -> Any:
         """The library's ``Settings`` for this scratch project, as its children resolve them."""
         # Imported here, after the bench has pointed the bytecode cache at its scratch.
-        from highlander._settings import Settings  # noqa: PLC0415
+        from highlander._host.settings import Settings  # noqa: PLC0415
 
         return Settings.resolve(
             app=APP,

@@ -57,7 +57,7 @@ def stderr_to(path: Path) -> Iterator[None]:
     finally:
         # The library renders its log lines on a thread: let it finish first.
         with contextlib.suppress(Exception):
-            flush = getattr(sys.modules.get("highlander._log"), "flush", None)
+            flush = getattr(sys.modules.get("highlander._host.log"), "flush", None)
             if flush is not None:
                 flush()
         sys.stderr.flush()

@@ -99,10 +99,10 @@ def _settle(storm: list[Child], deadline: float) -> tuple[Child, float]:
 def _check(kids: Children, storm: list[Child], survivor: Child) -> StormRun:
     """Verify the settled storm (untimed) and count what happened in it."""
     # Imported here, after the bench has pointed the bytecode cache at its scratch.
-    from highlander._events import read_events  # noqa: PLC0415
-    from highlander._identity import mismatch  # noqa: PLC0415
-    from highlander._observe import record_target  # noqa: PLC0415
-    from highlander._record import read_record  # noqa: PLC0415
+    from highlander._host.event_log import read_events  # noqa: PLC0415
+    from highlander._host.identity import mismatch  # noqa: PLC0415
+    from highlander._host.record import read_record  # noqa: PLC0415
+    from highlander._shell.observe import record_target  # noqa: PLC0415
 
     holding = [
         c

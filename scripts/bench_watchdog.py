@@ -1,6 +1,6 @@
 """Benchmarks 6 and 7 (the identity/watchdog issue): verify a peer, replace a stopped one.
 
-6. ``highlander._identity.mismatch(Expected(...))`` against a live holder
+6. ``highlander._host.identity.mismatch(Expected(...))`` against a live holder
    child, in this process, each call timed on its own: the record-based check
    a newcomer runs before it signals a holder that never said HELLO (the
    record's pid, start time, exe, uid, boot id, and the project's lock file
@@ -61,9 +61,9 @@ def _per_call_us(check: Callable[[], str | None], calls: int) -> list[float]:
 
 def bench_identity(base: Path, script: Path) -> list[Row]:
     # Imported here, after the bench has pointed the bytecode cache at its scratch.
-    from highlander._identity import Expected, mismatch  # noqa: PLC0415
-    from highlander._observe import record_target  # noqa: PLC0415
-    from highlander._record import read_record  # noqa: PLC0415
+    from highlander._host.identity import Expected, mismatch  # noqa: PLC0415
+    from highlander._host.record import read_record  # noqa: PLC0415
+    from highlander._shell.observe import record_target  # noqa: PLC0415
 
     with children(base, "identity", script) as kids:
         holder = kids.start("holder")

@@ -19,8 +19,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from highlander._identity import boot_id, process_identity
-from highlander._record import HolderRecord
+from highlander._host.identity import boot_id, process_identity
+from highlander._host.record import HolderRecord
 
 
 def delete_socket(paths: Any) -> str:

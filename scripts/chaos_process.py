@@ -223,7 +223,7 @@ def adopted(parent: Proc, report: dict[str, Any]) -> Proc | None:
 
     Its pidfd is opened at once (it sleeps for minutes, and a pid is reused only
     after its process is reaped, which needs its parent's death and then us)."""
-    from highlander._identity import process_identity  # noqa: PLC0415
+    from highlander._host.identity import process_identity  # noqa: PLC0415
 
     pid = int(report["pid"])
     try:

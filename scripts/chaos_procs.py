@@ -45,10 +45,10 @@ if str(REPO / "tests") not in sys.path:
 
 from proctools import TOKEN, Child, Children  # noqa: E402
 
-from highlander._deadlines import Timeouts  # noqa: E402
-from highlander._events import EventLog  # noqa: E402
-from highlander._identity import process_identity  # noqa: E402
-from highlander._settings import Settings  # noqa: E402
+from highlander._core.deadlines import Timeouts  # noqa: E402
+from highlander._host.event_log import EventLog  # noqa: E402
+from highlander._host.identity import process_identity  # noqa: E402
+from highlander._host.settings import Settings  # noqa: E402
 
 #: Bound on any single wait for a process to end after SIGKILL.
 KILL_WAIT = 10.0

@@ -26,8 +26,8 @@ from chaos_report import CONVERGENCE_BOUND
 from chaos_schedule import STARTS, Step, child_config
 from chaos_starve import Starver
 
-from highlander._control import query_status
-from highlander._waiting import BLOCKING, run_blocking
+from highlander._host.waiting import BLOCKING, run_blocking
+from highlander._shell.control import query_status
 
 #: Running Highlander processes at most; a start waits (bounded) below this.
 #: (Stopped ones do not count: a newcomer left stopped must not throttle the run.)

@@ -14,7 +14,7 @@ import secrets
 import sys
 import time
 
-from highlander._messages import (
+from highlander._core.messages import (
     AckSuccession,
     Hello,
     Intent,
@@ -22,9 +22,9 @@ from highlander._messages import (
     Save,
     Saved,
 )
-from highlander._pair import ConnectionPair
-from highlander._signing import derive_key
-from highlander._state import Role
+from highlander._core.pair import ConnectionPair
+from highlander._core.signing import derive_key
+from highlander._core.state import Role
 
 
 def in_memory() -> int:

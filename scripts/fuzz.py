@@ -23,13 +23,13 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
-    from highlander._codec import HEADER, NEED_DATA, decode_payload
-    from highlander._connection import Connection
-    from highlander._errors import ProtocolError
-    from highlander._messages import AckSuccession, Hello, Intent, ProgressReport, Save, Saved
-    from highlander._pair import ConnectionPair
-    from highlander._signing import derive_key
-    from highlander._state import Role, State
+    from highlander._core.codec import HEADER, NEED_DATA, decode_payload
+    from highlander._core.connection import Connection
+    from highlander._core.errors import ProtocolError
+    from highlander._core.messages import AckSuccession, Hello, Intent, ProgressReport, Save, Saved
+    from highlander._core.pair import ConnectionPair
+    from highlander._core.signing import derive_key
+    from highlander._core.state import Role, State
 
 KEY = derive_key(b"fuzz-token-0123456789", hashlib.sha256(b"/fuzz/project").digest())
 NONCES = {Role.NEWCOMER: bytes(range(16)), Role.INCUMBENT: bytes(range(16, 32))}

@@ -1,6 +1,6 @@
 """Attacker clients for tests/test_attacks.py: real Unix sockets driven by the sans-IO core.
 
-An :class:`Attacker` is a newcomer-role :class:`~highlander._connection.Connection`
+An :class:`Attacker` is a newcomer-role :class:`~highlander._core.connection.Connection`
 over a real ``socket.socket(AF_UNIX)``: it can verify and answer like a real
 client, or craft, replay, tamper with and truncate frames byte by byte.  Every
 byte it writes is kept in :attr:`Attacker.sent`.  Socket timeouts are hang
@@ -23,14 +23,14 @@ from typing import Any
 
 from proctools import TOKEN, WAIT, Children
 
-from highlander._codec import decode_payload, encode_frame, split_body
-from highlander._connection import Closed, Connection
-from highlander._errors import ProtocolError
-from highlander._identity import own_identity
-from highlander._messages import Hello, Intent, Message, Save, Status, StatusReply
-from highlander._rendezvous import names_key, project_key, project_paths
-from highlander._signing import NO_NONCE, Direction, derive_key, sign
-from highlander._state import Role
+from highlander._core.codec import decode_payload, encode_frame, split_body
+from highlander._core.connection import Closed, Connection
+from highlander._core.errors import ProtocolError
+from highlander._core.messages import Hello, Intent, Message, Save, Status, StatusReply
+from highlander._core.signing import NO_NONCE, Direction, derive_key, sign
+from highlander._core.state import Role
+from highlander._host.identity import own_identity
+from highlander._host.rendezvous import names_key, project_key, project_paths
 
 #: The child's default app name (tests/programs/child.py).
 APP = "child"

@@ -18,9 +18,9 @@ import pytest
 from proctools import Children
 from proctools_extra import Extras
 
-from highlander._connection import Closed
-from highlander._deadlines import Timeouts
-from highlander._messages import (
+from highlander._core.connection import Closed
+from highlander._core.deadlines import Timeouts
+from highlander._core.messages import (
     AckSuccession,
     Hello,
     Intent,
@@ -30,9 +30,9 @@ from highlander._messages import (
     Saved,
     Status,
 )
-from highlander._pair import ConnectionPair
-from highlander._signing import derive_key
-from highlander._state import Role
+from highlander._core.pair import ConnectionPair
+from highlander._core.signing import derive_key
+from highlander._core.state import Role
 
 #: The sandbox fixture users get (docs/guide.md, "Testing your server"); the
 #: examples' tests use it as theirs would.

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from highlander import ConfigurationError, Deposed, Highlander, Mode, Outcome, _log
+from highlander import ConfigurationError, Deposed, Highlander, Mode, Outcome
+from highlander._host import log as _log
 
 
 @pytest.fixture(autouse=True)
@@ -102,7 +103,7 @@ def test_claiming_twice_in_one_process_is_an_error_not_a_suicide(tmp_path: Path)
 
 
 def test_thrash_history_ignores_times_in_the_future() -> None:
-    from highlander._modes import ThrashPolicy
+    from highlander._host.modes import ThrashPolicy
 
     policy = ThrashPolicy(limit=2, window=60.0)
     now = 1_000_000_000_000

@@ -131,7 +131,7 @@ def test_warn_mode_warnings_have_short_event_names(kids: Children) -> None:
             kids,
             """
             from highlander import Timeouts
-            from highlander._log import flush
+            from highlander._host.log import flush
             hl = Highlander(app="child", mode="warn", timeouts=Timeouts(hello=0.3)).acquire()
             hl._probe.join(30)
             flush()
@@ -157,7 +157,7 @@ def test_token_warnings_have_short_event_names(kids: Children) -> None:
     child = _helper(
         kids,
         """
-        from highlander._log import flush
+        from highlander._host.log import flush
         hl = Highlander(app="short").acquire()
         hl.settings.key()
         flush()

@@ -2,7 +2,7 @@
 
 Every attack runs against a real holder (tests/programs/child.py, token
 ``proctools.TOKEN``).  The attacking clients live in this process: the
-sans-IO core (:class:`highlander._connection.Connection`, newcomer role)
+sans-IO core (:class:`highlander._core.connection.Connection`, newcomer role)
 over a real ``AF_UNIX`` socket, so frames can be crafted, replayed, tampered
 with and truncated byte by byte (tests/attacktools.py).  For each attack the
 test checks that:
@@ -52,15 +52,15 @@ from attacktools import (
 from proctools import TOKEN, WAIT, Child, Children
 from proctools_extra import Extras, last_stderr_line
 
-from highlander._codec import DEFAULT_MAX_FRAME, encode_frame, split_body
-from highlander._connection import Connection
-from highlander._deadlines import Timeouts
-from highlander._errors import SignatureError
-from highlander._incumbent import MAX_CONNECTIONS
-from highlander._messages import Hello, StatusReply
-from highlander._rendezvous import project_key
-from highlander._signing import derive_key
-from highlander._state import Role
+from highlander._core.codec import DEFAULT_MAX_FRAME, encode_frame, split_body
+from highlander._core.connection import Connection
+from highlander._core.deadlines import Timeouts
+from highlander._core.errors import SignatureError
+from highlander._core.messages import Hello, StatusReply
+from highlander._core.signing import derive_key
+from highlander._core.state import Role
+from highlander._host.rendezvous import project_key
+from highlander._shell.incumbent import MAX_CONNECTIONS
 
 MIB = 1024  # KiB per MiB: VmRSS is in KiB
 #: The holder's default request deadline (it runs with the default timeouts).
@@ -475,7 +475,7 @@ def test_fake_incumbent_learns_nothing_and_signals_nobody(
     assert says in last, last
     if behaviour != "garbage" or lock == "nolock":
         # (The garbage error names neither the peer nor the socket: the codec's
-        # message is passed on bare by highlander/_client.py, greet.)
+        # message is passed on bare by highlander/_shell/client.py, greet.)
         assert f"pid {fake.pid}" in last, last
 
     # What the fake got: nothing at all on any connection (nothing is sent before

@@ -27,7 +27,7 @@ from attacktools import HANG, REJECTIONS, cli_status, paths_of, rss_kib
 from proctools import WAIT, Child, Children
 from proctools_extra import Extras
 
-from highlander._bounds import (
+from highlander._host.bounds import (
     CLIP_CHARS,
     RATE_PER_SECOND,
     RateLimiter,
@@ -206,7 +206,7 @@ LOG_LINES, PAD = 200_000, 1000
 #: existence means "the test is about to read".
 LOGGER = """
 import os, select, sys, time
-from highlander import _log
+from highlander._host import log as _log
 lines, pad, go_on = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 _log.log("info", "started")
 _log.flush(timeout=30)  # the log thread runs and has written a line

@@ -96,7 +96,7 @@ def test_cpythons_at_fork_hook_warning_is_counted_apart_from_exceptions() -> Non
     )
     crash = (
         "Traceback (most recent call last):\n"
-        '  File "/x/highlander/_names_key.py", line 62, in _publish_names_key\n'
+        '  File "/x/highlander/_host/names_key.py", line 62, in _publish_names_key\n'
         "OSError: [Errno 28] No space left on device\n"
     )
     proc = _proc(101, spawn=0, exit_=1, rc=1, ready=None)

@@ -288,7 +288,7 @@ def test_events_follow_prints_what_happens_next_once(kids: Children) -> None:
 
 
 def test_reading_new_events_takes_whole_lines_only(tmp_path: Path) -> None:
-    from highlander._events import read_new_events, snapshot_events
+    from highlander._host.event_log import read_new_events, snapshot_events
 
     path = str(tmp_path / "x.events.jsonl")
     assert read_new_events(path, 0) == ([], 0)  # no file yet

@@ -22,7 +22,7 @@ import pytest
 from proctools import WAIT, Child, Children
 from proctools_extra import Extras
 
-from highlander._identity import process_identity
+from highlander._host.identity import process_identity
 
 
 def cli(kids: Children, *args: str) -> subprocess.CompletedProcess[str]:

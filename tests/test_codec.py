@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from highlander._canonical import canonical_json
-from highlander._codec import (
+from highlander._core.canonical import canonical_json
+from highlander._core.codec import (
     DEFAULT_MAX_FRAME,
     HEADER,
     MAC_BYTES,
@@ -19,8 +19,8 @@ from highlander._codec import (
     encode_payload,
     split_body,
 )
-from highlander._errors import LocalProtocolError, Reason, RemoteProtocolError
-from highlander._messages import (
+from highlander._core.errors import LocalProtocolError, Reason, RemoteProtocolError
+from highlander._core.messages import (
     MAX_HANDOFF_BYTES,
     AckSuccession,
     Busy,

@@ -1,7 +1,7 @@
 """The app name ``highlander run -- CMD`` derives from a command (docs/mcp.md has the table).
 
 Pure: no process is started.  Names are checked through
-``highlander._run.default_app``, the function ``run`` calls.  ``#`` in an
+``highlander._commands.run.default_app``, the function ``run`` calls.  ``#`` in an
 expected name stands for the 8-hex-digit hash of the whole command that
 marks a name which alone could stand for another command.
 """
@@ -13,7 +13,7 @@ import shlex
 
 import pytest
 
-from highlander._run import default_app
+from highlander._commands.run import default_app
 
 #: (command as typed, expected name); every launcher form the table knows.
 TABLE = [

@@ -7,16 +7,16 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from highlander._codec import HEADER, NEED_DATA, encode_frame, encode_payload
-from highlander._connection import Closed, Connection
-from highlander._deadlines import Deadline, Phase, Timeouts
-from highlander._errors import (
+from highlander._core.codec import HEADER, NEED_DATA, encode_frame, encode_payload
+from highlander._core.connection import Closed, Connection
+from highlander._core.deadlines import Deadline, Phase, Timeouts
+from highlander._core.errors import (
     LocalProtocolError,
     Reason,
     RemoteProtocolError,
     SignatureError,
 )
-from highlander._messages import (
+from highlander._core.messages import (
     AckSuccession,
     Busy,
     Hello,
@@ -28,9 +28,9 @@ from highlander._messages import (
     Status,
     StatusReply,
 )
-from highlander._pair import ConnectionPair
-from highlander._signing import NO_NONCE, Direction, derive_key, sign
-from highlander._state import Role, State
+from highlander._core.pair import ConnectionPair
+from highlander._core.signing import NO_NONCE, Direction, derive_key, sign
+from highlander._core.state import Role, State
 
 if TYPE_CHECKING:
     from conftest import FakeClock, Transcript

@@ -55,7 +55,7 @@ report(
 )
 if os.environ.get("HL_SNIPPET_WAIT_PROBE") and probe is not None:
     probe.join(30)
-    from highlander._log import flush
+    from highlander._host.log import flush
 
     flush()  # os._exit skips atexit, which would write the queued log lines
     report(event="probed")
@@ -64,8 +64,8 @@ os._exit(0)
 
 #: Modules whose import belongs to the serving side or the signed probe, never the claim.
 EVENT_LOOP = {"asyncio", "anyio", "sniffio"}
-PROTOCOL = {"highlander._messages", "highlander._connection", "highlander._codec"}
-SERVING = EVENT_LOOP | PROTOCOL | {"cryptography", "structlog", "highlander._incumbent"}
+PROTOCOL = {"highlander._core.messages", "highlander._core.connection", "highlander._core.codec"}
+SERVING = EVENT_LOOP | PROTOCOL | {"cryptography", "structlog", "highlander._shell.incumbent"}
 
 
 def _start(kids: Children, mode: str, hello: float = 2.0, *, wait_probe: bool = False) -> Child:
@@ -83,7 +83,7 @@ def test_free_claim_imports_no_event_loop_protocol_or_crypto(kids: Children) -> 
     child = _start(kids, "auto")
     report = child.wait_for("ready")
     assert report["outcome"] == "claimed_free"
-    assert "highlander._claim" in report["main"]  # the spy saw the claim itself
+    assert "highlander._host.claim" in report["main"]  # the spy saw the claim itself
     assert _imported(report, SERVING) == set()
 
 
@@ -94,7 +94,7 @@ def test_sync_succession_runs_without_an_event_loop(kids: Children) -> None:
     report = child.wait_for("ready")
     assert report["outcome"] == "succeeded"
     # The conversation itself needs the protocol and the key, but no event loop.
-    assert "highlander._connection" in report["main"]
+    assert "highlander._core.connection" in report["main"]
     assert _imported(report, EVENT_LOOP | {"structlog"}) == set()
     assert holder.finish()[0] == 0
 

@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from highlander._codec import (
+from highlander._core.codec import (
     HEADER,
     MAC_BYTES,
     NEED_DATA,
@@ -18,14 +18,14 @@ from highlander._codec import (
     decode_payload,
     encode_payload,
 )
-from highlander._connection import Closed, Connection
-from highlander._errors import (
+from highlander._core.connection import Closed, Connection
+from highlander._core.errors import (
     LocalProtocolError,
     ProtocolError,
     Reason,
     RemoteProtocolError,
 )
-from highlander._messages import (
+from highlander._core.messages import (
     MAX_NOTE,
     MESSAGE_TYPES,
     AckSuccession,
@@ -40,8 +40,8 @@ from highlander._messages import (
     Status,
     StatusReply,
 )
-from highlander._signing import derive_key
-from highlander._state import TRANSITIONS, Event, Role, State, StateMachine
+from highlander._core.signing import derive_key
+from highlander._core.state import TRANSITIONS, Move, Role, State, StateMachine
 
 KEY = derive_key(b"test-token", hashlib.sha256(b"/project").digest())
 NONCES = {Role.NEWCOMER: bytes.fromhex("11" * 16), Role.INCUMBENT: bytes.fromhex("22" * 16)}
@@ -291,7 +291,7 @@ def test_from_fields_inverts_to_fields(message: Message) -> None:
 
 # -- (c) random walks through the state machine -----------------------------------------------
 
-steps = st.tuples(st.sampled_from(list(Event)), st.sampled_from(sorted(MESSAGE_TYPES)))
+steps = st.tuples(st.sampled_from(list(Move)), st.sampled_from(sorted(MESSAGE_TYPES)))
 
 
 @FUZZ
@@ -304,7 +304,7 @@ def test_random_walks_follow_the_table(role: Role, data: st.DataObject) -> None:
         )
         if legal and data.draw(st.integers(0, 3), label="follow") > 0:
             name, kind = data.draw(st.sampled_from(legal), label="legal step")
-            event = Event(name)
+            event = Move(name)
         else:
             event, kind = data.draw(steps, label="any step")
         before = machine.state
@@ -315,7 +315,7 @@ def test_random_walks_follow_the_table(role: Role, data: st.DataObject) -> None:
             machine.move(target)
             continue
         expected: type[ProtocolError]
-        if before is State.ERROR or event is Event.SENT:
+        if before is State.ERROR or event is Move.SENT:
             expected = LocalProtocolError
         else:
             expected = RemoteProtocolError

@@ -18,7 +18,7 @@ import threading
 
 import pytest
 
-from highlander import _log
+from highlander._host import log as _log
 
 #: Hang guard for the waits below (not a performance assertion).
 WAIT = 10.0

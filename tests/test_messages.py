@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from highlander._canonical import canonical_json
-from highlander._errors import LocalProtocolError, Reason
-from highlander._messages import (
+from highlander._core.canonical import canonical_json
+from highlander._core.errors import LocalProtocolError, Reason
+from highlander._core.messages import (
     MAX_HANDOFF_BYTES,
     MESSAGE_TYPES,
     AckSuccession,

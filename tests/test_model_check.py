@@ -3,9 +3,9 @@
 An explicit-state search (breadth first, with a visited set) over the
 combined system of one incumbent ``I`` and one newcomer ``N`` in one
 conversation, built from the real pure core: two real
-:class:`~highlander._connection.Connection` objects (the bytes ``send``
+:class:`~highlander._core.connection.Connection` objects (the bytes ``send``
 returns are what travels; delivery is ``receive_data`` + ``next_event``),
-and the real commit rules of :mod:`highlander._commit` for each side's
+and the real commit rules of :mod:`highlander._core.commit` for each side's
 decision.  Nothing is sampled: every enabled action is taken from every
 reachable state.
 
@@ -91,13 +91,13 @@ from typing import Any, Final
 import pytest
 from conftest import CORE_KEY, CORE_TIMEOUTS, build_hello, build_save
 
-from highlander import _commit
-from highlander._codec import NEED_DATA
-from highlander._commit import Answer, Decision, Ending, Verdict
-from highlander._connection import Closed, Connection
-from highlander._errors import Reason
-from highlander._messages import AckSuccession, Message, ProgressReport, Refused, Saved
-from highlander._state import Role, State
+from highlander._core import commit as _commit
+from highlander._core.codec import NEED_DATA
+from highlander._core.commit import Answer, Decision, Ending, Verdict
+from highlander._core.connection import Closed, Connection
+from highlander._core.errors import Reason
+from highlander._core.messages import AckSuccession, Message, ProgressReport, Refused, Saved
+from highlander._core.state import Role, State
 
 #: The model has no clock: every Connection call happens at this instant.
 NOW: Final = 0.0

@@ -20,15 +20,15 @@ from conftest import ConnectionPair
 from proctools import TOKEN, WAIT, Children
 
 from highlander import OtherAppError, Reason
-from highlander._admission import other_app
-from highlander._codec import decode_payload
-from highlander._errors import RemoteProtocolError
-from highlander._inspect import look
-from highlander._messages import Hello, Intent, Refused, Save
-from highlander._newcomer import acquire
-from highlander._settings import Settings
-from highlander._state import State
-from highlander._waiting import BLOCKING, run_blocking
+from highlander._commands.inspect import look
+from highlander._core.codec import decode_payload
+from highlander._core.errors import RemoteProtocolError
+from highlander._core.messages import Hello, Intent, Refused, Save
+from highlander._core.state import State
+from highlander._host.settings import Settings
+from highlander._host.waiting import BLOCKING, run_blocking
+from highlander._shell.admission import other_app
+from highlander._shell.newcomer import acquire
 
 # -- pure ---------------------------------------------------------------------------
 

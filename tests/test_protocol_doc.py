@@ -8,10 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from highlander._codec import NEED_DATA, FrameDecoder, decode_payload, encode_frame, encode_payload
-from highlander._connection import Connection
-from highlander._signing import NO_NONCE, Direction, derive_key, mac_input, sign
-from highlander._state import Role
+from highlander._core.codec import (
+    NEED_DATA,
+    FrameDecoder,
+    decode_payload,
+    encode_frame,
+    encode_payload,
+)
+from highlander._core.connection import Connection
+from highlander._core.signing import NO_NONCE, Direction, derive_key, mac_input, sign
+from highlander._core.state import Role
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "protocol.md"
 

@@ -9,21 +9,9 @@ import pytest
 
 import highlander
 
-PACKAGE_DIR = Path(highlander.__file__).parent
-CORE = frozenset(
-    {
-        "_errors",
-        "_canonical",
-        "_messages",
-        "_codec",
-        "_signing",
-        "_deadlines",
-        "_state",
-        "_connection",
-        "_pair",
-        "_values",
-    }
-)
+#: The core floor: every module in this folder (tests/test_floors.py keeps the floors).
+CORE_DIR = Path(highlander.__file__).parent / "_core"
+CORE = frozenset(path.stem for path in CORE_DIR.glob("*.py"))
 FORBIDDEN = frozenset(
     {
         "socket",
@@ -56,7 +44,7 @@ def _imported_modules(node: ast.AST, module: str) -> list[str]:
     return []
 
 
-def import_violations(source: str, module: str = "highlander._example") -> list[str]:
+def import_violations(source: str, module: str = "highlander._core.example") -> list[str]:
     """Return a description of every forbidden import in ``source``, at any depth."""
     problems: list[str] = []
     for node in ast.walk(ast.parse(source)):
@@ -66,8 +54,8 @@ def import_violations(source: str, module: str = "highlander._example") -> list[
         if isinstance(node, ast.ImportFrom):
             base, submodules = names[0], names[1:]
             if base == "highlander":
-                # `from highlander import X` is fine only if X is a core module.
-                bad = [n for n in submodules if n.split(".")[1] not in CORE]
+                # `from highlander import X` is fine only if X is the core itself.
+                bad = [n for n in submodules if n.split(".")[1] != "_core"]
                 names = bad or submodules
             elif not base:
                 problems.append(f"line {node.lineno}: relative import beyond the package")
@@ -79,7 +67,7 @@ def import_violations(source: str, module: str = "highlander._example") -> list[
                 problems.append(f"line {node.lineno}: imports {name}")
             elif top == "highlander":
                 parts = name.split(".")
-                if len(parts) < 2 or parts[1] not in CORE:
+                if len(parts) < 2 or parts[1] != "_core":
                     problems.append(f"line {node.lineno}: imports non-core {name}")
         if (
             isinstance(node, ast.Call)
@@ -94,15 +82,14 @@ def import_violations(source: str, module: str = "highlander._example") -> list[
     return problems
 
 
-def test_core_modules_exist() -> None:
-    for name in CORE:
-        assert (PACKAGE_DIR / f"{name}.py").is_file(), name
+def test_the_core_holds_the_protocol_and_the_policy() -> None:
+    assert {"messages", "codec", "signing", "state", "connection", "policy"} <= CORE
 
 
 @pytest.mark.parametrize("name", sorted(CORE))
 def test_core_module_is_pure(name: str) -> None:
-    source = (PACKAGE_DIR / f"{name}.py").read_text(encoding="utf-8")
-    assert import_violations(source, f"highlander.{name}") == []
+    source = (CORE_DIR / f"{name}.py").read_text(encoding="utf-8")
+    assert import_violations(source, f"highlander._core.{name}") == []
 
 
 @pytest.mark.parametrize(
@@ -119,13 +106,13 @@ def test_core_module_is_pure(name: str) -> None:
             "line 4: imports random",
         ),
         ("try:\n    import secrets\nexcept ImportError:\n    pass\n", "line 2: imports secrets"),
-        ("from highlander import _rendezvous", "line 1: imports non-core highlander"),
-        ("from highlander import cli", "line 1: imports non-core highlander"),
+        ("from highlander._host import rendezvous", "line 1: imports non-core highlander._host"),
+        ("from highlander import cli", "line 1: imports non-core highlander.cli"),
         ("import highlander", "line 1: imports non-core highlander"),
-        ("from highlander._log import log", "line 1: imports non-core highlander._log"),
-        ("from . import _token", "line 1: imports non-core highlander._token"),
-        ("from ._rendezvous import x", "line 1: imports non-core highlander._rendezvous"),
-        ("from .. import x", "line 1: relative import beyond the package"),
+        ("from highlander._host.log import log", "line 1: imports non-core highlander._host.log"),
+        ("from .. import x", "line 1: imports non-core highlander.x"),
+        ("from .._host import token", "line 1: imports non-core highlander._host"),
+        ("from ... import x", "line 1: relative import beyond the package"),
         ("mod = __import__('os')", "line 1: calls __import__"),
         ("import importlib", "line 1: imports importlib"),
     ],
@@ -141,10 +128,11 @@ def test_checker_catches_violations(source: str, expected: str) -> None:
         "import json, hmac, struct, enum, math, re",
         "from dataclasses import dataclass",
         "from collections.abc import Callable",
-        "from highlander._codec import NEED_DATA",
-        "from highlander import _messages",
-        "from . import _state",
-        "from ._errors import Reason",
+        "from highlander._core.codec import NEED_DATA",
+        "from highlander._core import messages",
+        "from highlander import _core",
+        "from . import state",
+        "from .errors import Reason",
         "def f():\n    from cryptography.hazmat.primitives import hashes\n",
         "ostrich = 1\nimport timeit_like_name_is_not_time",
     ],

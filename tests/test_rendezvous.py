@@ -1,4 +1,4 @@
-"""Tests for highlander._rendezvous against real directories, modes, owners and sockets.
+"""Tests for highlander._host.rendezvous against real directories, modes, owners and sockets.
 
 We run as root, so ownership is real: directories are chowned to other uids
 with ``os.chown`` and the kernel's own answers are checked.  Nothing the
@@ -17,9 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from highlander._app_name import APP_MAX, APP_NAME_MAX, app_stem, check_app
-from highlander._errors import ConfigurationError, SocketPathTooLongError, UnsafeRuntimeDirError
-from highlander._rendezvous import (
+from highlander._core.errors import (
+    ConfigurationError,
+    SocketPathTooLongError,
+    UnsafeRuntimeDirError,
+)
+from highlander._host.app_name import APP_MAX, APP_NAME_MAX, app_stem, check_app
+from highlander._host.rendezvous import (
     PRIVATE_TAG_CHARS,
     RUNTIME_VAR,
     ProjectPaths,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from proctools import Child, Children, assert_no_overlap
 
-from highlander._rendezvous import RUNTIME_VAR, choose_runtime_dir, default_runtime_dir
+from highlander._host.rendezvous import RUNTIME_VAR, choose_runtime_dir, default_runtime_dir
 
 UID = os.geteuid()
 DEFAULT = default_runtime_dir(UID)

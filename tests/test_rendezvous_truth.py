@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from proctools import Child, Children
 
-from highlander._record import GENERATION_MAX, read_record
-from highlander._rendezvous import project_key
+from highlander._host.record import GENERATION_MAX, read_record
+from highlander._host.rendezvous import project_key
 
 #: Hang guard (never a performance bound).
 SETTLE = 30.0

@@ -148,9 +148,9 @@ def test_a_new_holder_ends_only_what_the_record_names_and_the_kernel_confirms(
     trees: Trees, kids: Children
 ) -> None:
     """A record left by a dead wrapper: its process is ended, a pid with another start time not."""
-    from highlander._identity import boot_id, process_identity
-    from highlander._settings import Settings
-    from highlander._tree_record import tree_path
+    from highlander._commands.tree_record import tree_path
+    from highlander._host.identity import boot_id, process_identity
+    from highlander._host.settings import Settings
 
     argv = [sys.executable, str(TREE), "server", "--tag", f"{trees.app}-old"]
     trees.wrappers["old"] = subprocess.Popen(argv, env=trees.env(), stdin=subprocess.DEVNULL)

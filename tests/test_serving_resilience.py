@@ -22,7 +22,7 @@ import pytest
 from attacktools import HANG, Attacker, fd_count, key_for, paths_of, read_frame, read_to_eof
 from proctools import Child, Children
 
-from highlander._messages import StatusReply
+from highlander._core.messages import StatusReply
 
 
 def _soft_nofile(pid: int) -> int:

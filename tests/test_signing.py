@@ -7,7 +7,7 @@ import hmac
 
 import pytest
 
-from highlander._signing import (
+from highlander._core.signing import (
     HKDF_INFO,
     KEY_BYTES,
     NO_NONCE,

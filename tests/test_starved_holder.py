@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterator
 import pytest
 from proctools import Child, Children
 
-from highlander._deadlines import QUEUED_EVIDENCE, STARVED_CAP, Sample, spared_busy, starved
-from highlander._identity import run_state
+from highlander._core.deadlines import QUEUED_EVIDENCE, STARVED_CAP, Sample, spared_busy, starved
+from highlander._host.identity import run_state
 
 TIMEOUTS = {"hello": 0.3, "stall": 0.6, "ceiling": 2.0, "exit_grace": 1.0, "term_grace": 0.5}
 

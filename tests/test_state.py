@@ -6,15 +6,15 @@ import itertools
 
 import pytest
 
-from highlander._deadlines import Phase
-from highlander._errors import LocalProtocolError, RemoteProtocolError
-from highlander._messages import MESSAGE_TYPES
-from highlander._state import (
+from highlander._core.deadlines import Phase
+from highlander._core.errors import LocalProtocolError, RemoteProtocolError
+from highlander._core.messages import MESSAGE_TYPES
+from highlander._core.state import (
     ENDINGS,
     INITIAL,
     TRANSITIONS,
     WAITING,
-    Event,
+    Move,
     Role,
     State,
     StateMachine,
@@ -46,13 +46,13 @@ ROLE_STATES = {
     Role.INCUMBENT: INCUMBENT_STATES | SHARED_STATES,
 }
 
-ALL_COMBINATIONS = list(itertools.product(Role, State, Event, sorted(MESSAGE_TYPES)))
+ALL_COMBINATIONS = list(itertools.product(Role, State, Move, sorted(MESSAGE_TYPES)))
 LIVE_COMBINATIONS = [c for c in ALL_COMBINATIONS if c[1] is not State.ERROR]
 LEGAL = [c for c in LIVE_COMBINATIONS if c in TRANSITIONS]
 ILLEGAL = [c for c in LIVE_COMBINATIONS if c not in TRANSITIONS]
 
 
-def _id(combo: tuple[Role, State, Event, str]) -> str:
+def _id(combo: tuple[Role, State, Move, str]) -> str:
     role, state, event, kind = combo
     return f"{role.value}-{state.value}-{event.value}-{kind}"
 
@@ -90,15 +90,15 @@ def test_transitions_table_is_well_formed() -> None:
 
 def test_each_role_sends_what_the_other_receives() -> None:
     for role in Role:
-        sent = {k for (r, _, e, k) in TRANSITIONS if r is role and e is Event.SENT}
+        sent = {k for (r, _, e, k) in TRANSITIONS if r is role and e is Move.SENT}
         received_by_peer = {
-            k for (r, _, e, k) in TRANSITIONS if r is role.peer and e is Event.RECEIVED
+            k for (r, _, e, k) in TRANSITIONS if r is role.peer and e is Move.RECEIVED
         }
         assert sent == received_by_peer
 
 
 @pytest.mark.parametrize("combo", LEGAL, ids=_id)
-def test_legal_transition_returns_table_target(combo: tuple[Role, State, Event, str]) -> None:
+def test_legal_transition_returns_table_target(combo: tuple[Role, State, Move, str]) -> None:
     role, state, event, kind = combo
     machine = _machine(role, state)
     assert machine.next_state(event, kind) is TRANSITIONS[combo]
@@ -107,12 +107,12 @@ def test_legal_transition_returns_table_target(combo: tuple[Role, State, Event, 
 
 
 @pytest.mark.parametrize("combo", ILLEGAL, ids=_id)
-def test_illegal_transition_raises_and_errors(combo: tuple[Role, State, Event, str]) -> None:
+def test_illegal_transition_raises_and_errors(combo: tuple[Role, State, Move, str]) -> None:
     role, state, event, kind = combo
     machine = _machine(role, state)
-    with pytest.raises(LocalProtocolError if event is Event.SENT else RemoteProtocolError) as info:
+    with pytest.raises(LocalProtocolError if event is Move.SENT else RemoteProtocolError) as info:
         machine.next_state(event, kind)
-    if event is Event.RECEIVED:
+    if event is Move.RECEIVED:
         assert not isinstance(info.value, LocalProtocolError)
         assert str(info.value) == (
             f"{role.peer.value} sent {kind}, which is illegal while the "
@@ -127,9 +127,9 @@ def test_illegal_transition_raises_and_errors(combo: tuple[Role, State, Event, s
 def test_error_is_final(role: Role) -> None:
     machine = StateMachine(role)
     with pytest.raises(RemoteProtocolError):
-        machine.next_state(Event.RECEIVED, "ACK_SUCCESSION" if role is Role.NEWCOMER else "HELLO")
+        machine.next_state(Move.RECEIVED, "ACK_SUCCESSION" if role is Role.NEWCOMER else "HELLO")
     assert machine.state is State.ERROR
-    for event, kind in itertools.product(Event, sorted(MESSAGE_TYPES)):
+    for event, kind in itertools.product(Move, sorted(MESSAGE_TYPES)):
         with pytest.raises(LocalProtocolError, match="already failed"):
             machine.next_state(event, kind)
         assert machine.state is State.ERROR
@@ -140,7 +140,7 @@ def test_error_is_final(role: Role) -> None:
     [c for c in ALL_COMBINATIONS if c[1] is State.ERROR],
     ids=_id,
 )
-def test_anything_in_error_is_a_local_error(combo: tuple[Role, State, Event, str]) -> None:
+def test_anything_in_error_is_a_local_error(combo: tuple[Role, State, Move, str]) -> None:
     role, state, event, kind = combo
     machine = _machine(role, state)
     with pytest.raises(LocalProtocolError) as info:
@@ -152,7 +152,7 @@ def test_anything_in_error_is_a_local_error(combo: tuple[Role, State, Event, str
 @pytest.mark.parametrize("role", list(Role), ids=lambda r: r.value)
 @pytest.mark.parametrize("state", [State.DONE, State.CLOSED], ids=lambda s: s.value)
 def test_terminal_states_accept_nothing(role: Role, state: State) -> None:
-    for event, kind in itertools.product(Event, sorted(MESSAGE_TYPES)):
+    for event, kind in itertools.product(Move, sorted(MESSAGE_TYPES)):
         assert (role, state, event, kind) not in TRANSITIONS
 
 
@@ -177,8 +177,8 @@ def test_waiting_phases_exactly() -> None:
 def test_every_state_that_can_receive_waits_for_the_peer() -> None:
     # A state in which the peer owes a move must have a watchdog phase.
     for role, state, event, _ in TRANSITIONS:
-        sends = any(r is role and s is state and e is Event.SENT for r, s, e, _ in TRANSITIONS)
-        if event is Event.RECEIVED and not sends:
+        sends = any(r is role and s is state and e is Move.SENT for r, s, e, _ in TRANSITIONS)
+        if event is Move.RECEIVED and not sends:
             assert (role, state) in WAITING, (role, state)
 
 
@@ -197,7 +197,7 @@ def test_role_peer() -> None:
     assert Role.INCUMBENT.peer is Role.NEWCOMER
 
 
-def _walk(role: Role, steps: list[tuple[Event, str]]) -> StateMachine:
+def _walk(role: Role, steps: list[tuple[Move, str]]) -> StateMachine:
     machine = StateMachine(role)
     for event, kind in steps:
         machine.move(machine.next_state(event, kind))
@@ -208,23 +208,23 @@ def test_full_succession_walk() -> None:
     newcomer = _walk(
         Role.NEWCOMER,
         [
-            (Event.RECEIVED, "HELLO"),
-            (Event.SENT, "SAVE"),
-            (Event.RECEIVED, "PROGRESS"),
-            (Event.RECEIVED, "PROGRESS"),
-            (Event.RECEIVED, "SAVED"),
-            (Event.SENT, "ACK_SUCCESSION"),
+            (Move.RECEIVED, "HELLO"),
+            (Move.SENT, "SAVE"),
+            (Move.RECEIVED, "PROGRESS"),
+            (Move.RECEIVED, "PROGRESS"),
+            (Move.RECEIVED, "SAVED"),
+            (Move.SENT, "ACK_SUCCESSION"),
         ],
     )
     assert newcomer.state is State.AWAIT_EXIT
     incumbent = _walk(
         Role.INCUMBENT,
         [
-            (Event.SENT, "HELLO"),
-            (Event.RECEIVED, "SAVE"),
-            (Event.SENT, "PROGRESS"),
-            (Event.SENT, "SAVED"),
-            (Event.RECEIVED, "ACK_SUCCESSION"),
+            (Move.SENT, "HELLO"),
+            (Move.RECEIVED, "SAVE"),
+            (Move.SENT, "PROGRESS"),
+            (Move.SENT, "SAVED"),
+            (Move.RECEIVED, "ACK_SUCCESSION"),
         ],
     )
     assert incumbent.state is State.DEPOSED

@@ -1,4 +1,4 @@
-"""Tests for highlander._token with real files, modes, owners, processes and uids.
+"""Tests for highlander._host.token with real files, modes, owners, processes and uids.
 
 We run as root: files are chowned to other uids for real, and one test runs
 a child process as another uid (via ``setpriv``) to show that the 0700
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from highlander import _log
-from highlander._errors import UnsafeSecretError
-from highlander._rendezvous import ensure_runtime_dir
-from highlander._token import (
+from highlander._core.errors import UnsafeSecretError
+from highlander._host import log as _log
+from highlander._host.rendezvous import ensure_runtime_dir
+from highlander._host.token import (
     MIN_TOKEN_CHARS,
     SECRET_FILE,
     TOKEN_VAR,
@@ -208,7 +208,7 @@ def test_existing_good_secret_file_is_used_as_is(runtime_dir: str) -> None:
 
 CHILD = """
 import sys
-from highlander._token import load_or_create_secret
+from highlander._host.token import load_or_create_secret
 print("ready", flush=True)
 sys.stdin.readline()
 print(load_or_create_secret(sys.argv[1]).hex(), flush=True)
@@ -404,8 +404,8 @@ def test_refusing_a_secret_file_leaks_no_descriptor(
 
 CHILD_FIFO = """
 import sys
-from highlander._errors import UnsafeSecretError
-from highlander._token import load_or_create_secret
+from highlander._core.errors import UnsafeSecretError
+from highlander._host.token import load_or_create_secret
 try:
     load_or_create_secret(sys.argv[1])
 except UnsafeSecretError as exc:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
-from highlander._waiting import ANYIO, BLOCKING, Waiter, run_blocking
+from highlander._host.waiting import ANYIO, BLOCKING, Waiter, run_blocking
 
 
 @pytest.fixture
@@ -84,7 +84,7 @@ def test_both_waiters_agree_on_a_socket(waiter: Waiter) -> None:
 def test_a_frame_the_peer_never_reads_gives_up_after_the_stall_bound(
     waiter: Waiter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from highlander import _wire
+    from highlander._shell import wire as _wire
 
     monkeypatch.setattr(_wire, "SEND_STALL", 0.05)  # a bound, not a timing assertion
 

@@ -107,7 +107,7 @@ def mirror_events() -> None:
     path = cfg.get("event_mirror")
     if not path:
         return
-    from highlander._events import EventLog
+    from highlander._host.event_log import EventLog
 
     real = EventLog._write
 
@@ -287,9 +287,9 @@ def pause_before_ack() -> None:
     import signal
 
     try:
-        module = importlib.import_module("highlander._handover")
+        module = importlib.import_module("highlander._shell.handover")
     except ImportError:  # the code before the commit point existed
-        module = importlib.import_module("highlander._newcomer")
+        module = importlib.import_module("highlander._shell.newcomer")
     adopt = module.adopt_handover
 
     used = []
@@ -339,7 +339,7 @@ def apply_limits_and_faults() -> None:
     if fault == "conversation-once":
         # The first conversation fails with an error no handler expects (a bug's
         # stand-in); every later one works.
-        from highlander._settings import Settings
+        from highlander._host.settings import Settings
 
         real_key = Settings.key
         failed: list[bool] = []

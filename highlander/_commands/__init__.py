@@ -1,0 +1,1 @@
+"""The command line's commands: status, stop, doctor, run (and its process tree)."""

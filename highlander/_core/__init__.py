@@ -1,0 +1,1 @@
+"""The sans-IO core: messages, codec, signing, deadlines, state machine, policy (pure)."""

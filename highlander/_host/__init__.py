@@ -1,0 +1,1 @@
+"""Facts about this machine: identity, rendezvous, lock, record, listener, settings, logs."""

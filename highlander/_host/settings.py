@@ -1,0 +1,187 @@
+"""Everything one Highlander instance needs to know, resolved once from arguments and env."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+
+from highlander._core.deadlines import Timeouts
+from highlander._core.errors import HighlanderError, UnsafeRuntimeDirError
+from highlander._core.values import Value
+from highlander._host.app_name import check_app
+from highlander._host.event_log import EventLog
+from highlander._host.fencing import floor_path
+from highlander._host.log import warn_once
+from highlander._host.modes import Mode, ThrashPolicy, resolve_mode
+from highlander._host.rendezvous import (
+    ProjectPaths,
+    choose_runtime_dir,
+    default_runtime_dir,
+    ensure_runtime_dir,
+    fall_back,
+    names_key,
+    project_key,
+    project_paths,
+    project_root,
+    read_names_key,
+)
+
+
+def default_app() -> str:
+    """The program's name: the script's stem, or its package for ``python -m pkg``."""
+    main = sys.argv[0] if sys.argv and sys.argv[0] else "highlander"
+    stem = os.path.splitext(os.path.basename(main))[0]
+    if stem == "__main__":
+        stem = os.path.basename(os.path.dirname(os.path.abspath(main))) or "highlander"
+    return stem
+
+
+def runtime_directory(explicit: str | os.PathLike[str] | None, env: Mapping[str, str]) -> str:
+    """The runtime directory, created and verified; a squatted default falls back (once)."""
+    directory = choose_runtime_dir(explicit, env=env)
+    try:
+        return ensure_runtime_dir(directory)
+    except UnsafeRuntimeDirError as exc:
+        uid = os.geteuid()
+        if directory != default_runtime_dir(uid) or not exc.squatted:
+            raise
+        chosen = fall_back(uid, env, exc)
+        warn_once(
+            "runtime-fallback", "runtime_fallback", squatted=directory, now=chosen, why=str(exc)
+        )
+        return chosen
+
+
+class Options(Value):
+    """The options a :class:`~highlander.Highlander` handle was given, before resolving.
+
+    Resolved (:meth:`resolve`) at the first acquire, not at construction,
+    so a handle made at import time sees the environment its ``main()`` sets.
+    """
+
+    app: str | None
+    project: str | os.PathLike[str] | None
+    mode: Mode | str | None
+    token: str | bytes | None
+    timeouts: Timeouts | None
+    runtime_dir: str | os.PathLike[str] | None
+    thrash: ThrashPolicy
+    legacy_lock: str | os.PathLike[str] | None
+    exit_when_orphaned: bool
+
+    def resolve(self) -> Settings:
+        """Resolve every option (argument, then environment, then default)."""
+        return Settings.resolve(
+            app=self.app,
+            project=self.project,
+            mode=self.mode,
+            token=self.token,
+            timeouts=self.timeouts,
+            runtime_dir=self.runtime_dir,
+            thrash=self.thrash,
+            legacy_lock=self.legacy_lock,
+            exit_when_orphaned=self.exit_when_orphaned,
+        )
+
+
+class Settings:
+    """Resolved options: names, paths, mode, timeouts, anti-thrash and the event log."""
+
+    def __init__(
+        self,
+        *,
+        app: str,
+        root: str,
+        paths: ProjectPaths,
+        mode: Mode,
+        timeouts: Timeouts,
+        thrash: ThrashPolicy,
+        events: EventLog,
+        token: str | bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        legacy_lock: str | None = None,
+        exit_when_orphaned: bool = True,
+    ) -> None:
+        self.app = app
+        self.root = root
+        self.paths = paths
+        self.mode = mode
+        self.timeouts = timeouts.checked()
+        self.thrash = thrash.checked()
+        self.events = events
+        self.token = token
+        self.env: Mapping[str, str] = os.environ if env is None else env
+        self.legacy_lock = legacy_lock
+        self.exit_when_orphaned = exit_when_orphaned
+        self._key: bytes | None = None
+        #: Where the fencing generation's floor outlives a wiped runtime directory.
+        self.floor_path = floor_path(paths.base, self.env)
+
+    @classmethod
+    def resolve(
+        cls,
+        *,
+        app: str | None,
+        project: str | os.PathLike[str] | None,
+        mode: Mode | str | None,
+        token: str | bytes | None,
+        timeouts: Timeouts | None,
+        runtime_dir: str | os.PathLike[str] | None,
+        thrash: ThrashPolicy | None = None,
+        env: Mapping[str, str] | None = None,
+        legacy_lock: str | os.PathLike[str] | None = None,
+        exit_when_orphaned: bool = True,
+    ) -> Settings:
+        """Resolve every option (argument, then environment, then default)."""
+        env = os.environ if env is None else env
+        name = check_app(app or default_app())
+        root = project_root(project, env=env)
+        directory = runtime_directory(runtime_dir, env)
+        paths = project_paths(directory, name, root, secret=names_key(directory))
+        chosen = resolve_mode(mode, env)
+        return cls(
+            app=name,
+            root=root,
+            paths=paths,
+            mode=chosen,
+            timeouts=timeouts or Timeouts(),
+            thrash=thrash or ThrashPolicy(),
+            events=EventLog(paths.events, app=name, mode=chosen.value),
+            token=token,
+            env=env,
+            legacy_lock=os.path.abspath(legacy_lock) if legacy_lock is not None else None,
+            exit_when_orphaned=exit_when_orphaned,
+        )
+
+    def renamed(self, *, create: bool = False) -> bool:
+        """Re-read the runtime directory's socket-name key; ``True`` if the socket moved.
+
+        A wiped runtime directory loses its key, and the first start after
+        the wipe makes a new one: a process that resolved its paths before
+        would look for (or publish) the socket under the old name.  A claim
+        re-reads it under the lock (``create``: making it if absent), and a
+        newcomer that finds no socket re-reads it before it blames the holder.
+        """
+        directory = self.paths.runtime_dir
+        try:
+            secret = names_key(directory) if create else read_names_key(directory)
+        except (OSError, HighlanderError):
+            return False
+        if secret is None:
+            return False
+        fresh = project_paths(directory, self.app, self.root, secret=secret)
+        if fresh.socket == self.paths.socket:
+            return False
+        self.paths = fresh
+        return True
+
+    def key(self) -> bytes:
+        """The HMAC key for this project (token resolved and HKDF run on first use)."""
+        if self._key is None:
+            from highlander._core.signing import derive_key  # noqa: PLC0415 - keeps the claim path light
+            from highlander._host.token import resolve_token  # noqa: PLC0415
+
+            secret = resolve_token(self.token, runtime_dir=self.paths.runtime_dir, env=self.env)
+            self._key = derive_key(secret.secret, project_key(self.root))
+        return self._key

@@ -1,0 +1,1 @@
+"""Drives the core over sockets through the Waiter: newcomer, incumbent, client, control."""

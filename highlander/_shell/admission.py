@@ -1,0 +1,55 @@
+"""Whether the holder hears a SAVE out: the same app, a mode and a pace that allow it.
+
+Decided from the holder's settings, its record and the request alone,
+before anything is saved, so a refused request costs the holder nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from highlander._core.errors import Reason
+from highlander._core.messages import Intent, Save
+from highlander._core.values import Value
+from highlander._host.event_log import Event
+from highlander._host.settings import Settings
+
+
+class Refusal(Value):
+    """The REFUSED to send (``reason``, ``detail``) and the ``event`` to log for it."""
+
+    reason: Reason
+    detail: str
+    event: Event
+
+
+def other_app(settings: Settings, save: Save) -> Refusal | None:
+    """A SAVE from another app is refused, whatever its intent.
+
+    Checked before anything else (BUSY included): a newcomer of another app
+    must hear at once that waiting will not help.
+    """
+    if save.app == settings.app:
+        return None
+    detail = (
+        f"this holder is app {settings.app!r}, not {save.app!r}: it hands its state only to "
+        f"the same app; pass a distinct --app (app=) to each server"
+    )
+    return Refusal(Reason.OTHER_APP, detail, Event.REFUSED)
+
+
+def policy(
+    settings: Settings, save: Save, history_ms: Sequence[int], now_ms: int
+) -> Refusal | None:
+    """A succession the holder's mode or the anti-thrash rule does not allow is refused."""
+    if save.intent is not Intent.SUCCEED:
+        return None
+    if not settings.mode.deposable:
+        detail = (
+            f"the holder runs in {settings.mode.value} mode and is not deposed: "
+            "give every client the same HIGHLANDER_MODE"
+        )
+        return Refusal(Reason.MODE, detail, Event.REFUSED)
+    if not settings.thrash.allows(history_ms, now_ms):
+        return Refusal(Reason.THRASH, settings.thrash.explain(history_ms, now_ms), Event.THRASH)
+    return None

@@ -1,0 +1,206 @@
+"""The client half of a conversation: connect to the holder and verify who answers.
+
+Shared by the newcomer's succession, the status and stop requests and the
+read-only probe of OBSERVE/WARN.  Before anything is sent, the peer is
+checked against the kernel: same uid (from ``SO_PEERCRED``), and HELLO's
+pid, start time and executable must match what ``/proc`` says about the
+process behind the socket; its app must be ours, name for name.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+from typing import Any
+
+from highlander._core.connection import Closed, Connection
+from highlander._core.deadlines import Phase, looks_busy
+from highlander._core.errors import (
+    AuthenticationError,
+    ForeignHolderError,
+    HighlanderError,
+    OtherAppError,
+    Reason,
+    RemoteProtocolError,
+    SignatureError,
+    VersionMismatchError,
+)
+from highlander._core.messages import Hello
+from highlander._core.policy import Impostor
+from highlander._core.state import Role
+from highlander._core.values import Value
+from highlander._host.event_log import Event
+from highlander._host.identity import PeerCredentials, peer_credentials, process_identity, run_state
+from highlander._host.settings import Settings
+from highlander._host.waiting import Waiter
+from highlander._shell.wire import Overdue, receive_event, unix_socket
+
+
+class Greeting(Value):
+    """A connection whose HELLO was received and verified."""
+
+    sock: socket.socket
+    conn: Connection
+    hello: Hello
+    peer: PeerCredentials
+    waiter: Waiter
+
+
+class Silent(Value):
+    """Connected, but no HELLO in time (or the stream closed): ``pid`` per the kernel.
+
+    ``busy``: the kernel says it was working meanwhile (not stopped, running or
+    gaining CPU time): a loaded machine, not a hang.
+    """
+
+    pid: int
+    closed: bool
+    busy: bool = False
+    #: The kernel showed it stopped when the deadline passed.
+    halted: bool = False
+
+
+class Mismatch(Impostor):
+    """HELLO contradicts the kernel (``pid`` per the kernel); ``problem`` says how."""
+
+
+class QueueFull(Exception):  # noqa: N818 - a condition the callers turn into their own answer
+    """The holder's queue of pending connections is full: it is not accepting now."""
+
+
+def connect(path: str) -> socket.socket | None:
+    """Connect to the socket at ``path``; ``None`` if nobody listens there.
+
+    Raises :class:`QueueFull` when the listener's backlog is full: a
+    non-blocking connect to a Unix socket then fails at once (``EAGAIN``)
+    and the socket stays unconnected; its ``SO_PEERCRED`` would name pid 0.
+    """
+    sock = unix_socket()
+    try:
+        sock.connect(path)
+    except BlockingIOError:
+        sock.close()
+        raise QueueFull(path) from None
+    except OSError as exc:
+        sock.close()
+        if exc.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK):
+            return None
+        raise
+    return sock
+
+
+def check_uid(settings: Settings, peer: PeerCredentials) -> None:
+    """Refuse a peer of another uid: it is never talked to, never signalled."""
+    if peer.uid != os.geteuid():
+        settings.events.emit(Event.IDENTITY_MISMATCH, peer_pid=peer.pid, reason=f"uid {peer.uid}")
+        raise ForeignHolderError(
+            f"{settings.paths.socket} is served by pid {peer.pid} of uid {peer.uid}, not by "
+            "you: Highlander will not talk to it or signal it; its owner must stop it"
+        )
+
+
+async def greet(
+    settings: Settings, sock: socket.socket, waiter: Waiter
+) -> Greeting | Silent | Mismatch:
+    """Read and verify HELLO on a fresh connection.
+
+    Raises :class:`AuthenticationError` (token), :class:`VersionMismatchError`,
+    :class:`ForeignHolderError` (another uid) or :class:`OtherAppError`.
+    """
+    peer = peer_credentials(sock)
+    check_uid(settings, peer)
+    conn = Connection(
+        Role.NEWCOMER,
+        key=settings.key(),
+        nonce=os.urandom(16),
+        now=waiter.now(),
+        timeouts=settings.timeouts,
+    )
+    before = run_state(peer.pid, threads=False)
+    try:
+        hello = await receive_event(sock, conn, waiter)
+    except Overdue:
+        after = run_state(peer.pid)
+        busy = looks_busy(before, after)
+        settings.events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="hello", busy=busy)
+        halted = after is not None and after.state in "Tt"
+        return Silent(peer.pid, closed=False, busy=busy, halted=halted)
+    except SignatureError as exc:
+        settings.events.emit(Event.AUTH_FAILED, peer_pid=peer.pid, reason=str(exc))
+        raise AuthenticationError(
+            f"the holder (pid {peer.pid}) on {settings.paths.socket} does not share this "
+            f"token ({exc}); give every client the same HIGHLANDER_TOKEN"
+        ) from None
+    except RemoteProtocolError as exc:
+        settings.events.emit(Event.PROTOCOL_ERROR, peer_pid=peer.pid, reason=str(exc))
+        if exc.reason is Reason.VERSION:
+            raise VersionMismatchError(str(exc)) from None
+        raise ForeignHolderError(
+            f"pid {peer.pid} on {settings.paths.socket} does not speak the Highlander protocol "
+            f"({exc}): it is not a Highlander holder; Highlander will not signal it"
+        ) from None
+    if isinstance(hello, Closed):
+        return Silent(peer.pid, closed=True)
+    assert isinstance(hello, Hello)
+    problem = hello_problem(settings, hello, peer.pid)
+    if problem is not None:
+        return Mismatch(peer.pid, problem)
+    if hello.app != settings.app:
+        raise other_app(settings, hello, peer.pid)
+    settings.events.emit(Event.HELLO, peer_pid=peer.pid, generation=hello.generation)
+    return Greeting(sock, conn, hello, peer, waiter)
+
+
+def hello_problem(settings: Settings, hello: Hello, kernel_pid: int) -> str | None:
+    """What is wrong with HELLO's identity claim, or ``None``."""
+    if hello.pid != kernel_pid:
+        return f"HELLO claims pid {hello.pid} but the kernel says {kernel_pid}"
+    actual = process_identity(kernel_pid)
+    if actual is None or actual.start_time != hello.start_time:
+        return f"HELLO's start time does not match pid {kernel_pid}'s"
+    if hello.exe and actual.exe != hello.exe:
+        return f"HELLO claims executable {hello.exe!r} but pid {kernel_pid} runs {actual.exe!r}"
+    if actual.uid != os.geteuid():
+        return f"pid {kernel_pid} runs as uid {actual.uid}"
+    return None
+
+
+def other_app(settings: Settings, hello: Hello, pid: int) -> OtherAppError:
+    """A verified holder of another app answered: never ours to take over, stop or wait for.
+
+    Not a :class:`Mismatch` (which a handover in flight can cause and a retry
+    cures): the holder is who it says, it is just not this app.
+    """
+    settings.events.emit(Event.IDENTITY_MISMATCH, peer_pid=pid, reason=f"app {hello.app!r}")
+    return OtherAppError(
+        f"the holder on {settings.paths.socket} (pid {pid}) is app {hello.app!r}, not "
+        f"{settings.app!r}: Highlander hands nothing from one app to another; pass a distinct "
+        "--app (app=) to each server"
+    )
+
+
+async def probe(settings: Settings, waiter: Waiter) -> dict[str, Any]:
+    """OBSERVE/WARN: look at the holder without asking anything of it.
+
+    Returns what was learnt (``answering``, ``pid``); a holder that does not
+    answer in time is reported (event ``hung``), never signalled.
+    """
+    try:
+        sock = connect(settings.paths.socket)
+    except QueueFull:
+        return {"answering": False, "pid": None, "error": "its connection queue is full"}
+    if sock is None:
+        settings.events.emit(Event.UNREACHABLE, socket=settings.paths.socket)
+        return {"answering": False, "pid": None, "error": "no socket"}
+    try:
+        greeting = await greet(settings, sock, waiter)
+        if isinstance(greeting, Greeting):
+            return {"answering": True, "pid": greeting.hello.pid}
+        if isinstance(greeting, Silent) and not greeting.closed:
+            settings.events.emit(Event.HUNG, peer_pid=greeting.pid, phase=Phase.HELLO.value)
+        return {"answering": False, "pid": greeting.pid}
+    except HighlanderError as exc:
+        return {"answering": False, "pid": None, "error": str(exc)}
+    finally:
+        sock.close()

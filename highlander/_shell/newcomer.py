@@ -1,0 +1,278 @@
+"""The newcomer's side: claim a free project, or take it over from the incumbent.
+
+:func:`acquire` loops, each turn bounded, until this process holds the
+project (or, in OBSERVE/WARN, knows it runs as a duplicate):
+
+1. take the lock without waiting: free or stale project, claim it at once;
+2. otherwise talk to the holder: HELLO (verified against the kernel), SAVE,
+   PROGRESS*, SAVED (with the lock and listener descriptors),
+   ACK_SUCCESSION, then wait for the incumbent to leave (end of stream)
+   before believing we hold it;
+3. BUSY: another succession runs; wait for that incumbent to exit (a pidfd
+   wakes us, no polling) and try again against whoever holds then;
+4. a verified holder that misses a deadline (or holds the lock with no
+   socket, or with a queue of connections that stays full for ``hello``) is
+   ended by the verified kill (:mod:`highlander._host.termination`), AUTO only;
+   then the lock is free and step 1 claims it.
+
+What to do after a failed attempt (wait, retry, signal, give up) is decided
+by the pure :mod:`highlander._core.policy` from what the attempt found and one
+sample of the record, the kernel and the clock; this module only executes it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from highlander._core.connection import Closed
+from highlander._core.deadlines import Phase
+from highlander._core.errors import ForeignHolderError, HighlanderError, IncumbentUnreachableError
+from highlander._core.messages import Busy, Intent, Refused, Saved
+from highlander._core.patience import Look
+from highlander._core.policy import (
+    MAX_ATTEMPTS,
+    Action,
+    AwaitExit,
+    Backoff,
+    Changed,
+    Claim,
+    Crowded,
+    EndUnreachable,
+    Fresh,
+    GiveUp,
+    Impostor,
+    Leaving,
+    Missed,
+    Nobody,
+    Policy,
+    Relocate,
+    Setback,
+    Signal,
+    Starved,
+    Transition,
+)
+from highlander._core.values import Value
+from highlander._host.claim import Reign, claim_free
+from highlander._host.event_log import Event
+from highlander._host.identity import Expected, holds_lock, is_halted, run_state
+from highlander._host.modes import Mode
+from highlander._host.record import read_record
+from highlander._host.settings import Settings
+from highlander._host.termination import terminate, wait_for_exit
+from highlander._host.waiting import Waiter
+from highlander._shell.client import Greeting, Mismatch, QueueFull, Silent, connect, greet
+from highlander._shell.handover import conclude
+from highlander._shell.live import SaveEcho
+from highlander._shell.observe import record_target
+from highlander._shell.one_claim import claimed_twice
+from highlander._shell.save_request import refusal_error, request_save
+from highlander._shell.time_limit import OutOfTime, TimeLimit, check, out_of_time, unlimited
+from highlander._shell.unreachable import blocked_error, end_unreachable_holder
+from highlander._shell.watch import in_the_way
+from highlander._shell.wire import Overdue, close_fds
+
+
+class Duplicate(Value):
+    """OBSERVE/WARN: a live holder exists and we run beside it (who it is, the caller checks)."""
+
+
+# The policy's setbacks that name a verified holder, with who it is: the
+# process the verified kill may end (:mod:`highlander._host.termination`).
+class _Missed(Missed):
+    target: Expected
+
+
+class _Fresh(Fresh):
+    target: Expected
+
+
+class _Starved(Starved):
+    target: Expected
+
+
+async def acquire(
+    settings: Settings, waiter: Waiter, timeout: float | None = None
+) -> Reign | Duplicate:
+    """Hold the project (or learn that we run as a duplicate); see the module docstring.
+
+    ``waiter`` is :data:`~highlander._host.waiting.BLOCKING` for the sync API (run
+    with :func:`~highlander._host.waiting.run_blocking`), ``ANYIO`` for the async one.
+    ``timeout`` bounds the whole wait (:mod:`highlander._shell.time_limit`); when it
+    runs out, :class:`AcquireTimeoutError`.
+    """
+    if timeout is None:
+        return await _acquire(settings, waiter)
+    try:
+        return await _acquire(settings, TimeLimit(waiter, waiter.now() + timeout))
+    except OutOfTime:
+        raise out_of_time(settings, timeout) from None
+
+
+async def _acquire(settings: Settings, waiter: Waiter) -> Reign | Duplicate:
+    policy = Policy(settings.timeouts)
+    while isinstance(policy.next_attempt(), Claim):
+        check(waiter)
+        reign = claim_free(settings)
+        if reign is not None:
+            return reign
+        if settings.mode is not Mode.AUTO:
+            return Duplicate()
+        found = await _attempt(settings, waiter)
+        if isinstance(found, Reign):
+            return found
+        look = _look(settings, waiter)
+        decision = policy.settle(found, look)
+        if isinstance(decision, Relocate):
+            look = look._replace(moved=settings.renamed())
+            decision = policy.settle(found, look)
+        await _execute(settings, waiter, found, decision, look)
+    raise IncumbentUnreachableError(  # pragma: no cover - every attempt is bounded
+        f"gave up after {MAX_ATTEMPTS} attempts to hold {settings.paths.socket}"
+    )
+
+
+def _look(settings: Settings, waiter: Waiter) -> Look:
+    """One sample of everything the policy decides from (the record, the kernel, the clock)."""
+    record = read_record(settings.paths.state)
+    return Look(
+        now=waiter.now(),
+        holder=(record.pid, record.generation) if record else None,
+        run=run_state(record.pid) if record else None,
+        blocker=in_the_way(settings.paths.socket),
+    )
+
+
+async def _execute(
+    settings: Settings, waiter: Waiter, found: Setback, decision: Action, look: Look
+) -> None:
+    """Carry out the policy's decision about the failed attempt that found ``found``."""
+    events, timeouts = settings.events, settings.timeouts
+    if isinstance(decision, Backoff):
+        if decision.pause:
+            await waiter.sleep(decision.pause)  # a working holder: look again soon
+        await waiter.sleep(decision.delay)
+    elif isinstance(decision, AwaitExit):
+        await wait_for_exit(decision.pid, decision.within, waiter)
+    elif isinstance(decision, Signal):
+        assert isinstance(found, _Missed | _Fresh | _Starved)
+        check(waiter)  # a kill once begun runs to its end: never begin one out of time
+        events.emit(Event.HUNG, peer_pid=found.target.pid, phase=decision.phase)
+        why = f"missed {decision.phase}"
+        await terminate(
+            found.target, timeouts, events, why, unlimited(waiter), halted=decision.halted
+        )
+    elif isinstance(decision, EndUnreachable):
+        await end_unreachable_holder(
+            settings, waiter, queue_full=decision.queue_full, seen=decision.seen
+        )
+    elif isinstance(decision, GiveUp):
+        raise _give_up(settings, found, look)
+
+
+def _give_up(settings: Settings, found: Setback, look: Look) -> HighlanderError:
+    """The error that ends the wait on ``found`` (see :class:`~highlander._core.policy.Why`)."""
+    socket = settings.paths.socket
+    if isinstance(found, Impostor):
+        settings.events.emit(Event.IDENTITY_MISMATCH, peer_pid=found.pid, reason=found.problem)
+        return ForeignHolderError(
+            f"{socket} is served by pid {found.pid}, which is not a "
+            f"verified holder ({found.problem}); Highlander will not depose it"
+        )
+    if isinstance(found, Transition):
+        return ForeignHolderError(
+            f"pid {found.pid} listens on {socket} without answering "
+            f"while the record names pid {found.recorded}, and no handover finished: "
+            "Highlander will not signal it; run `highlander status`"
+        )
+    assert look.blocker is not None, found  # the policy gives up on nothing else
+    return blocked_error(settings, look.blocker)
+
+
+async def _attempt(settings: Settings, waiter: Waiter) -> Reign | Setback:
+    connected_ms = int(time.time() * 1000)
+    try:
+        sock = connect(settings.paths.socket)
+    except QueueFull:
+        return Crowded()
+    if sock is None:
+        return Nobody()
+    fds: list[int] = []
+    try:
+        greeting = await greet(settings, sock, waiter)
+        if isinstance(greeting, Mismatch):
+            return greeting
+        if isinstance(greeting, Silent):
+            return _silent(settings, greeting, connected_ms)
+        if greeting.hello.pid == os.getpid():
+            raise claimed_twice(settings)
+        return await _succeed(settings, greeting, fds)
+    except (BrokenPipeError, ConnectionResetError, TimeoutError):
+        # The holder went away mid-conversation (e.g. it was just deposed), or
+        # stopped reading: the next attempt finds out which, under deadlines.
+        return Changed()
+    finally:
+        close_fds(fds)
+        sock.close()
+
+
+def _silent(settings: Settings, greeting: Silent, connected_ms: int) -> Setback:
+    """Connected, but no HELLO: decide from the holder's record, never from a guess."""
+    if greeting.closed:
+        return Changed()
+    record = read_record(settings.paths.state)
+    target = record_target(settings, record)
+    if target is None or record is None:
+        raise ForeignHolderError(
+            f"pid {greeting.pid} listens on {settings.paths.socket} without answering, "
+            "and no holder's record names it: Highlander will not signal it"
+        )
+    if target.pid == os.getpid():
+        raise claimed_twice(settings)
+    if target.pid != greeting.pid or not holds_lock(target.pid, settings.paths.lock):
+        # Either a successor serves the inherited listener before its record
+        # exists, or the recorded holder has committed a handover (it let go
+        # of the lock) and its successor has not taken the listener yet.
+        return Transition(greeting.pid, target.pid)
+    if record.since_ms >= connected_ms:
+        return _Fresh(record.generation, target=target)
+    if greeting.busy:
+        return _Starved(target=target)
+    return _Missed(Phase.HELLO.value, greeting.halted, target=target)
+
+
+def _hello_target(greeting: Greeting, lock_path: str | None) -> Expected:
+    """The holder as its verified HELLO describes it.
+
+    ``lock_path``: while saving it still holds the lock file; after
+    ACK_SUCCESSION it has closed its copy (the successor holds the lock).
+    """
+    hello = greeting.hello
+    return Expected(hello.pid, hello.start_time, hello.exe, greeting.peer.uid, None, lock_path)
+
+
+async def _succeed(settings: Settings, greeting: Greeting, fds: list[int]) -> Reign | Setback:
+    events, peer, waiter = settings.events, greeting.peer, greeting.waiter
+    started = waiter.now()
+    try:
+        with SaveEcho(events, peer.pid) as live:
+            event = await request_save(
+                settings, greeting, Intent.SUCCEED, live.report, fds, spare_starved=True
+            )
+    except Overdue as exc:
+        target = _hello_target(greeting, settings.paths.lock)
+        return _Missed(exc.deadline.phase.value, is_halted(peer.pid), target=target)
+    if isinstance(event, Closed):
+        events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="save", reason="incumbent vanished")
+        return Changed()
+    if isinstance(event, Busy):
+        events.emit(Event.BUSY, peer_pid=peer.pid, successor_pid=event.pid)
+        return Leaving(peer.pid)
+    if isinstance(event, Refused):
+        events.emit(Event.REFUSED, peer_pid=peer.pid, reason=event.reason, detail=event.detail)
+        raise refusal_error(event, f"the incumbent (pid {peer.pid}) refused: {event.detail}")
+    assert isinstance(event, Saved)
+    # From here the takeover runs to its end (commit or abort), time limit or not.
+    greeting = greeting._replace(waiter=unlimited(waiter))
+    reign = await conclude(settings, greeting, event, fds, started)
+    return Changed() if reign is None else reign

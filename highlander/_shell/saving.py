@@ -1,0 +1,178 @@
+"""Running the save hook, one run at a time, while its progress goes out as PROGRESS frames.
+
+A :class:`SaveFlight` is one run of ``on_save``.  It belongs to the holder,
+not to the conversation that asked for it: a newcomer that dies mid-save
+does not stop it (a sync hook in a worker thread could not be stopped
+anyway), and the next request while it runs *joins* it instead of starting
+a second save next to it.  An application's save is rarely safe to run twice
+at once.  A request that comes after the run ended starts a new one: the
+state may have changed since.
+
+The hook runs in a worker thread (sync) or on the loop (async); each
+``Progress.advance()`` wakes the follower's pump, which sends the latest
+state, so the hook never waits on the network and a slow peer never delays
+the save.  The hook's own exception is kept whole (:attr:`SaveFlight.error`)
+so the refusal names it (:func:`describe_failure`: type and message, the
+leaves of an exception group), and its traceback goes to the holder's stderr
+once per run (``save_hook_failed``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.from_thread
+import anyio.lowlevel
+
+from highlander._core.connection import Connection
+from highlander._core.errors import ProtocolError
+from highlander._core.messages import ProgressReport
+from highlander._host.log import log
+from highlander._host.waiting import ANYIO
+from highlander._shell.hooks import call_hook
+from highlander._shell.progress import Progress
+from highlander._shell.wire import send_message
+
+SaveHook = Callable[[Progress], Any]
+
+
+class SaveFlight:
+    """One run of the save hook, followed by whichever conversation asks for it."""
+
+    def __init__(self, hook: SaveHook | None) -> None:
+        self.hook = hook
+        self._token = anyio.lowlevel.current_token()
+        self._loop_thread = threading.get_ident()
+        self.progress = Progress(self._notify)
+        self.finished = anyio.Event()
+        self.handoff: dict[str, Any] | None = None
+        #: The hook's exception (or the reason its result is unusable), if it failed.
+        self.error: BaseException | None = None
+        self._wakes: list[anyio.Event] = []
+
+    @property
+    def running(self) -> bool:
+        """Whether the hook has not returned yet."""
+        return not self.finished.is_set()
+
+    def start(self, tg: anyio.abc.TaskGroup) -> None:
+        """Run the hook in ``tg`` (the holder's, so no conversation's end cancels it)."""
+        tg.start_soon(self._fly)
+
+    async def _fly(self) -> None:
+        try:
+            value = await _call_hook(self.hook, self.progress)
+            if value is not None and not isinstance(value, dict):
+                raise TypeError(f"on_save must return a dict or None, not {type(value).__name__}")
+            self.handoff = value
+        except Exception as exc:  # reported to the newcomer and in the event log
+            self.error = exc
+            log(
+                "warning",
+                "save_hook_failed",
+                error=_name(exc),
+                traceback=_traceback(exc),
+            )
+        finally:
+            self.finished.set()
+            self._wake_all()
+
+    def _notify(self) -> None:
+        if threading.get_ident() == self._loop_thread:
+            self._wake_all()
+        else:
+            # RuntimeError: the loop is gone; the save outlived its holder.
+            with contextlib.suppress(RuntimeError):
+                anyio.from_thread.run_sync(self._wake_all, token=self._token)
+
+    def _wake_all(self) -> None:
+        for wake in self._wakes:
+            wake.set()
+
+    async def follow(self, sock: socket.socket, conn: Connection) -> dict[str, Any] | None:
+        """Send this run's progress as PROGRESS frames until it ends; return its handoff.
+
+        Raises the hook's exception if it failed.
+        """
+        await send_message(sock, conn, ProgressReport(counter=0, note="saving"), ANYIO)
+        sent = 0
+        while True:
+            wake = anyio.Event()
+            self._wakes.append(wake)
+            try:
+                state = self.progress.state
+                if state.counter > sent:
+                    step = ProgressReport(state.counter, state.done, state.total, state.note)
+                    await send_message(sock, conn, step, ANYIO)
+                    sent = state.counter
+                    continue
+                if not self.running:
+                    break
+                await wake.wait()
+            finally:
+                self._wakes.remove(wake)
+        if self.error is not None:
+            raise self.error
+        return self.handoff
+
+
+#: Frames of a failed hook's traceback kept on stderr (the innermost ones).
+TRACEBACK_FRAMES = 12
+
+
+def describe_failure(exc: BaseException) -> str:
+    """What a failed save says to the newcomer and in the event log: the original error.
+
+    ``the save hook failed: ValueError: disk full``; for an exception group
+    (a task group inside the hook), its innermost errors, not the group's
+    own generic message.
+    """
+    if isinstance(exc, ProtocolError):
+        return f"the save hook's handoff is invalid: {exc}"
+    return f"the save hook failed: {_name(exc)}"
+
+
+def _name(exc: BaseException) -> str:
+    leaves = _leaves(exc)
+    named = "; ".join(f"{type(leaf).__name__}: {leaf}" for leaf in leaves[:3])
+    if len(leaves) > 3:
+        named += f"; and {len(leaves) - 3} more"
+    return named
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _traceback(exc: BaseException) -> str:
+    """The hook's traceback from its own first frame (ours and anyio's left out)."""
+    import traceback  # noqa: PLC0415 - only when a hook failed
+
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None and _plumbing(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    lines = traceback.format_exception(type(exc), exc, tb, limit=-TRACEBACK_FRAMES)
+    return "".join(lines).rstrip()
+
+
+#: The whole package, not only this folder: the hook caller lives beside us, but
+#: the frames between the holder and the hook may come from any floor.
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _plumbing(filename: str) -> bool:
+    """Whether a frame is Highlander's or anyio's, between the holder and the hook."""
+    return filename.startswith((_PACKAGE, os.path.dirname(anyio.__file__)))
+
+
+async def _call_hook(hook: SaveHook | None, progress: Progress) -> Any:
+    return None if hook is None else await call_hook(hook, progress, abandon_on_cancel=True)

@@ -1,0 +1,131 @@
+"""The I/O half of a connection: move a :class:`Connection`'s bytes over a Unix socket.
+
+Like httpcore's ``_async/http11.py`` driving h11: the socket, the clock and
+descriptor passing live here; every protocol decision stays in the sans-IO
+core.  Waits are bounded by the connection's own deadlines; a missed one
+raises :class:`Overdue`.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import os
+import socket
+from collections.abc import Sequence
+
+from highlander._core.codec import NEED_DATA
+from highlander._core.connection import Closed, Connection
+from highlander._core.deadlines import Deadline
+from highlander._core.errors import RemoteProtocolError
+from highlander._core.messages import Message
+from highlander._host.waiting import Waiter
+
+READ_SIZE = 65536
+#: How long a peer may read nothing of a frame we are sending before we give
+#: up on it.  A frame fits a Unix socket's buffer many times over, so only a
+#: peer that stopped reading, with the buffer already full, ever waits at all.
+SEND_STALL = 5.0
+MAX_FDS = 4
+_ANC_SIZE = socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
+_RECV_FLAGS = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
+
+
+class Overdue(Exception):  # noqa: N818 - a condition, caught by the shell, never escapes
+    """The peer missed ``deadline``."""
+
+    def __init__(self, deadline: Deadline) -> None:
+        super().__init__(f"peer missed the {deadline.phase.value} deadline")
+        self.deadline = deadline
+
+
+async def send_frame(
+    sock: socket.socket, data: bytes, waiter: Waiter, fds: Sequence[int] = ()
+) -> None:
+    """Write ``data``; ``fds`` travel as ``SCM_RIGHTS`` with its first byte.
+
+    Raises :class:`TimeoutError` (an ``OSError``, like the socket's own
+    failures) if the peer reads nothing of it for :data:`SEND_STALL` seconds.
+    """
+    view = memoryview(data)
+    pending = list(fds)
+    while view:
+        if not await waiter.writable(sock, SEND_STALL):
+            raise TimeoutError(f"the peer left {len(view)} bytes unread for {SEND_STALL:g} s")
+        try:
+            if pending:
+                ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", pending))]
+                sent = sock.sendmsg([view], ancillary)
+                pending = []
+            else:
+                sent = sock.send(view)
+        except BlockingIOError:
+            continue
+        view = view[sent:]
+
+
+async def send_message(
+    sock: socket.socket, conn: Connection, message: Message, waiter: Waiter, fds: Sequence[int] = ()
+) -> None:
+    """Have ``conn`` frame ``message`` (signed, in sequence, at the waiter's time) and write it."""
+    await send_frame(sock, conn.send(message, waiter.now()), waiter, fds)
+
+
+async def receive_event(
+    sock: socket.socket, conn: Connection, waiter: Waiter, fds: list[int] | None = None
+) -> Message | Closed:
+    """Read until ``conn`` yields a message or :class:`Closed`.
+
+    Descriptors that arrive are appended to ``fds`` (closed if ``fds`` is
+    ``None``: we never keep what we did not ask for).
+    """
+    while True:
+        event = conn.next_event(waiter.now())
+        if event is not NEED_DATA:
+            assert isinstance(event, Message | Closed)
+            return event
+        deadline = conn.deadline
+        if deadline is None:  # pragma: no cover - the table never waits without a deadline
+            raise RuntimeError(f"waiting for the peer in {conn.state} without a deadline")
+        if not await waiter.readable(sock, deadline.at - waiter.now()):
+            raise Overdue(deadline)
+        try:
+            data, ancdata, flags, _ = sock.recvmsg(READ_SIZE, _ANC_SIZE, _RECV_FLAGS)
+        except BlockingIOError:
+            continue
+        except ConnectionResetError:
+            data, ancdata, flags = b"", [], 0
+        received = _take_fds(ancdata)
+        if fds is None or flags & socket.MSG_CTRUNC:
+            for fd in received:
+                os.close(fd)
+            if flags & socket.MSG_CTRUNC:
+                raise RemoteProtocolError(
+                    "peer sent more file descriptors than the protocol allows"
+                )
+        else:
+            fds.extend(received)
+        conn.receive_data(data)
+
+
+def _take_fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
+    fds: list[int] = []
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            usable = len(payload) - len(payload) % array.array("i").itemsize
+            fds.extend(array.array("i", payload[:usable]))
+    return fds
+
+
+def close_fds(fds: Sequence[int]) -> None:
+    """Close descriptors, ignoring ones already closed."""
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def unix_socket() -> socket.socket:
+    """A non-blocking, close-on-exec Unix stream socket."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    sock.setblocking(False)
+    return sock
