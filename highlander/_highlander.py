@@ -19,16 +19,18 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 
-from highlander._core.errors import ConfigurationError, Deposed, ForeignHolderError, HighlanderError
+from highlander._core.errors import Deposed, ForeignHolderError, HighlanderError
 from highlander._ending import ending
-from highlander._host.claim import Reign, claim_free, unproven
+from highlander._host.blocking import run_blocking
+from highlander._host.claim import Reign, unproven
 from highlander._host.event_log import Event, Outcome
 from highlander._host.log import flush
 from highlander._host.modes import Mode, ThrashPolicy
 from highlander._host.record import HolderRecord
-from highlander._host.settings import Options, Settings
+from highlander._host.settings import Options, Settings, checked_timeout
 from highlander._host.threads import hold, start_daemon
 from highlander._shell import one_claim
+from highlander._shell.backend import LOCAL
 from highlander._shell.one_claim import AlreadyHoldingError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
@@ -36,6 +38,8 @@ if TYPE_CHECKING:
     from typing import Any
 
     from highlander._core.deadlines import Timeouts
+    from highlander._host.waiting import Waiter
+    from highlander._shell.backend import Backend
     from highlander._shell.incumbent import Incumbent
     from highlander._shell.saving import SaveHook
 
@@ -104,6 +108,8 @@ class Highlander:
         #: The holder's record when this process runs as a duplicate.
         self.holder: HolderRecord | None = None
         self.settings: Settings | None = None
+        #: Where holders meet (:mod:`highlander._shell.backend`); one machine today.
+        self._backend: Backend = LOCAL
         self._reign: Reign | None = None
         self._incumbent: Incumbent | None = None
         #: Orders the serving thread's start against release() from another thread.
@@ -155,7 +161,7 @@ class Highlander:
         this process already holds the project through another handle, or
         holds another app or project.
         """
-        return self._acquire_once(reuse=False, timeout=_checked_timeout(timeout))
+        return self._acquire_once(reuse=False, timeout=checked_timeout(timeout))
 
     def __enter__(self) -> Highlander:
         """``with Highlander(...) as hl:`` acquires (like :meth:`acquire`) ..."""
@@ -183,17 +189,10 @@ class Highlander:
         return self
 
     def _acquire(self, settings: Settings, timeout: float | None) -> None:
-        reign = self._claim_free(settings)
-        if reign is None and settings.mode is not Mode.AUTO:
+        reign = run_blocking(self._claim(settings, timeout, None))
+        if reign is None:
             self._become_duplicate(settings)
             return
-        if reign is None:
-            from highlander._host.waiting import BLOCKING, run_blocking  # noqa: PLC0415
-            from highlander._shell.newcomer import acquire  # noqa: PLC0415 - contended only
-
-            result = run_blocking(acquire(settings, BLOCKING, timeout))
-            assert isinstance(result, Reign)  # AUTO never yields a duplicate
-            reign = result
         self._begin(reign)
         self._thread = start_daemon(
             self._thread_main, f"highlander-{settings.app}", after_claims=False
@@ -219,15 +218,14 @@ class Highlander:
         import anyio  # noqa: PLC0415 - the caller's loop has it loaded already
 
         from highlander._host.waiting import ANYIO  # noqa: PLC0415
-        from highlander._shell.newcomer import Duplicate, acquire  # noqa: PLC0415
 
         settings = self._resolve()
         if one_claim.find(settings) is not None:
             raise one_claim.claimed_twice(settings)
         with hold():
-            result = self._claim_free(settings) or await acquire(settings, ANYIO)
+            result = await self._claim(settings, None, ANYIO)
         one_claim.remember(self)
-        if isinstance(result, Duplicate):
+        if result is None:
             self._become_duplicate(settings)
             return self
         self._begin(result)
@@ -333,10 +331,32 @@ class Highlander:
         self.generation = reign.record.generation
         self.outcome = reign.outcome
 
+    async def _claim(
+        self, settings: Settings, timeout: float | None, waiter: Waiter | None
+    ) -> Reign | None:
+        """The one claim, for the sync and the async API; ``None``: run as a duplicate.
+
+        ``waiter``: the async caller's (``ANYIO``), or ``None`` for the
+        blocking one, imported only when a holder must be talked to: most
+        starts take a free project and never load the conversation's code.
+        """
+        reign = self._claim_free(settings)
+        if reign is not None or settings.mode is not Mode.AUTO:
+            return reign
+        from highlander._shell.newcomer import acquire  # noqa: PLC0415 - contended only
+
+        if waiter is None:
+            from highlander._host.waiting import BLOCKING  # noqa: PLC0415
+
+            waiter = BLOCKING
+        result = await acquire(settings, waiter, timeout, self._backend)
+        assert isinstance(result, Reign)  # AUTO never yields a duplicate
+        return result
+
     def _claim_free(self, settings: Settings) -> Reign | None:
         """Claim a free project; in OBSERVE/WARN a foreign listener is only reported."""
         try:
-            return claim_free(settings)
+            return self._backend.claim(settings)
         except ForeignHolderError:
             if settings.mode is Mode.AUTO:
                 raise
@@ -358,7 +378,11 @@ class Highlander:
             if self._released:
                 return None
             self._incumbent = Incumbent(
-                self.settings, self._reign, on_save=self._on_save, on_deposed=self._when_deposed
+                self.settings,
+                self._reign,
+                on_save=self._on_save,
+                on_deposed=self._when_deposed,
+                backend=self._backend,
             )
             return self._incumbent
 
@@ -373,15 +397,3 @@ class Highlander:
         incumbent.stop()
         if self._thread is not None and self._thread is not threading.current_thread():
             incumbent.ended.wait(timeout=5.0)
-
-
-def _checked_timeout(timeout: float | None) -> float | None:
-    """``timeout`` if it is ``None`` or a number of seconds >= 0, else ConfigurationError."""
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
-        raise ConfigurationError(
-            f"acquire(timeout={timeout!r}): pass a number of seconds >= 0, or None to wait "
-            "as long as the holder makes progress"
-        )
-    return None if timeout == float("inf") else float(timeout)

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Mapping
 
 from highlander._core.deadlines import Timeouts
-from highlander._core.errors import HighlanderError, UnsafeRuntimeDirError
+from highlander._core.errors import ConfigurationError, HighlanderError, UnsafeRuntimeDirError
 from highlander._core.values import Value
 from highlander._host.app_name import check_app
 from highlander._host.event_log import EventLog
@@ -185,3 +185,15 @@ class Settings:
             secret = resolve_token(self.token, runtime_dir=self.paths.runtime_dir, env=self.env)
             self._key = derive_key(secret.secret, project_key(self.root))
         return self._key
+
+
+def checked_timeout(timeout: float | None) -> float | None:
+    """The ``acquire(timeout=)`` value: ``None`` or seconds >= 0, else ConfigurationError."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
+        raise ConfigurationError(
+            f"acquire(timeout={timeout!r}): pass a number of seconds >= 0, or None to wait "
+            "as long as the holder makes progress"
+        )
+    return None if timeout == float("inf") else float(timeout)

@@ -16,10 +16,13 @@ from __future__ import annotations
 import math
 import select
 import time
-from collections.abc import Coroutine
-from typing import Any, Protocol, TypeVar
+from typing import Protocol
 
-_T = TypeVar("_T")
+from highlander._host.blocking import run_blocking
+
+# run_blocking lives in _host/blocking (the free claim needs it without
+# typing); it is re-exported here beside the waiters it drives.
+__all__ = ["ANYIO", "BLOCKING", "Waitable", "Waiter", "run_blocking"]
 
 
 class _FileLike(Protocol):
@@ -99,18 +102,6 @@ class _Anyio:
 BLOCKING: Waiter = _Blocking()
 #: Wait on the running anyio event loop.
 ANYIO: Waiter = _Anyio()
-
-
-def run_blocking(coro: Coroutine[Any, Any, _T]) -> _T:
-    """Run a coroutine that waits only through :data:`BLOCKING`, without an event loop."""
-    try:
-        suspended = coro.send(None)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-    coro.close()
-    raise RuntimeError(  # pragma: no cover - a programming error, caught by the suite
-        f"{coro!r} tried to suspend on an event loop ({suspended!r}) under the blocking waiter"
-    )
 
 
 def _poll(fd: Waitable, mask: int, timeout: float | None) -> bool:

@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.from_thread
@@ -42,10 +42,14 @@ from highlander._host.listener import Listener
 from highlander._host.settings import Settings
 from highlander._host.waiting import ANYIO
 from highlander._shell.admission import other_app, policy
+from highlander._shell.backend import LOCAL
 from highlander._shell.saving import SaveFlight, SaveHook, describe_failure
 from highlander._shell.serving_guard import ServingFailed, ServingGuard, describe, step_down
-from highlander._shell.watch import keep_watch, lost_before_saved, take_back, watch_parent
+from highlander._shell.watch import lost_before_saved, take_back, watch_parent
 from highlander._shell.wire import Overdue, receive_event, send_message
+
+if TYPE_CHECKING:
+    from highlander._shell.backend import Backend
 
 #: Connections served at once; more are closed on accept (each is bounded by deadlines).
 MAX_CONNECTIONS = 64
@@ -63,8 +67,10 @@ class Incumbent:
         *,
         on_save: SaveHook | None,
         on_deposed: Callable[[Outcome], Awaitable[None]],
+        backend: Backend = LOCAL,
     ) -> None:
         self.settings = settings
+        self.backend = backend
         self.reign = reign
         self.on_save = on_save
         self.on_deposed = on_deposed
@@ -105,7 +111,7 @@ class Incumbent:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 tg.start_soon(self._accept_loop, tg)
-                tg.start_soon(keep_watch, self)
+                tg.start_soon(self.backend.watch, self)
                 if parent is not None:
                     tg.start_soon(watch_parent, self, parent)
                 await self._stop.wait()

@@ -53,15 +53,15 @@ from highlander._core.policy import (
     Transition,
 )
 from highlander._core.values import Value
-from highlander._host.claim import Reign, claim_free
+from highlander._host.claim import Reign
 from highlander._host.event_log import Event
-from highlander._host.identity import Expected, holds_lock, is_halted, run_state
+from highlander._host.identity import Expected, holds_lock, is_halted
 from highlander._host.modes import Mode
-from highlander._host.record import read_record
 from highlander._host.settings import Settings
-from highlander._host.termination import terminate, wait_for_exit
+from highlander._host.termination import wait_for_exit
 from highlander._host.waiting import Waiter
-from highlander._shell.client import Greeting, Mismatch, QueueFull, Silent, connect, greet
+from highlander._shell.backend import LOCAL
+from highlander._shell.client import Greeting, Mismatch, QueueFull, Silent, greet
 from highlander._shell.handover import conclude
 from highlander._shell.live import SaveEcho
 from highlander._shell.observe import record_target
@@ -69,8 +69,11 @@ from highlander._shell.one_claim import claimed_twice
 from highlander._shell.save_request import refusal_error, request_save
 from highlander._shell.time_limit import OutOfTime, TimeLimit, check, out_of_time, unlimited
 from highlander._shell.unreachable import blocked_error, end_unreachable_holder
-from highlander._shell.watch import in_the_way
 from highlander._shell.wire import Overdue, close_fds
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
+if TYPE_CHECKING:
+    from highlander._shell.backend import Backend
 
 
 class Duplicate(Value):
@@ -92,62 +95,57 @@ class _Starved(Starved):
 
 
 async def acquire(
-    settings: Settings, waiter: Waiter, timeout: float | None = None
+    settings: Settings, waiter: Waiter, timeout: float | None = None, backend: Backend = LOCAL
 ) -> Reign | Duplicate:
     """Hold the project (or learn that we run as a duplicate); see the module docstring.
 
     ``waiter`` is :data:`~highlander._host.waiting.BLOCKING` for the sync API (run
     with :func:`~highlander._host.waiting.run_blocking`), ``ANYIO`` for the async one.
     ``timeout`` bounds the whole wait (:mod:`highlander._shell.time_limit`); when it
-    runs out, :class:`AcquireTimeoutError`.
+    runs out, :class:`AcquireTimeoutError`.  ``backend``: where holders meet
+    (:mod:`highlander._shell.backend`).
     """
     if timeout is None:
-        return await _acquire(settings, waiter)
+        return await _acquire(settings, waiter, backend)
     try:
-        return await _acquire(settings, TimeLimit(waiter, waiter.now() + timeout))
+        return await _acquire(settings, TimeLimit(waiter, waiter.now() + timeout), backend)
     except OutOfTime:
         raise out_of_time(settings, timeout) from None
 
 
-async def _acquire(settings: Settings, waiter: Waiter) -> Reign | Duplicate:
+async def _acquire(settings: Settings, waiter: Waiter, backend: Backend) -> Reign | Duplicate:
     policy = Policy(settings.timeouts)
     while isinstance(policy.next_attempt(), Claim):
         check(waiter)
-        reign = claim_free(settings)
+        reign = backend.claim(settings)
         if reign is not None:
             return reign
         if settings.mode is not Mode.AUTO:
             return Duplicate()
-        found = await _attempt(settings, waiter)
+        found = await _attempt(settings, waiter, backend)
         if isinstance(found, Reign):
             return found
-        look = _look(settings, waiter)
+        look = backend.look(settings, waiter.now())
         decision = policy.settle(found, look)
         if isinstance(decision, Relocate):
             look = look._replace(moved=settings.renamed())
             decision = policy.settle(found, look)
-        await _execute(settings, waiter, found, decision, look)
+        await _execute(settings, waiter, found, decision, look, backend)
     raise IncumbentUnreachableError(  # pragma: no cover - every attempt is bounded
         f"gave up after {MAX_ATTEMPTS} attempts to hold {settings.paths.socket}"
     )
 
 
-def _look(settings: Settings, waiter: Waiter) -> Look:
-    """One sample of everything the policy decides from (the record, the kernel, the clock)."""
-    record = read_record(settings.paths.state)
-    return Look(
-        now=waiter.now(),
-        holder=(record.pid, record.generation) if record else None,
-        run=run_state(record.pid) if record else None,
-        blocker=in_the_way(settings.paths.socket),
-    )
-
-
 async def _execute(
-    settings: Settings, waiter: Waiter, found: Setback, decision: Action, look: Look
+    settings: Settings,
+    waiter: Waiter,
+    found: Setback,
+    decision: Action,
+    look: Look,
+    backend: Backend,
 ) -> None:
     """Carry out the policy's decision about the failed attempt that found ``found``."""
-    events, timeouts = settings.events, settings.timeouts
+    events = settings.events
     if isinstance(decision, Backoff):
         if decision.pause:
             await waiter.sleep(decision.pause)  # a working holder: look again soon
@@ -159,9 +157,7 @@ async def _execute(
         check(waiter)  # a kill once begun runs to its end: never begin one out of time
         events.emit(Event.HUNG, peer_pid=found.target.pid, phase=decision.phase)
         why = f"missed {decision.phase}"
-        await terminate(
-            found.target, timeouts, events, why, unlimited(waiter), halted=decision.halted
-        )
+        await backend.fence(found.target, settings, why, unlimited(waiter), halted=decision.halted)
     elif isinstance(decision, EndUnreachable):
         await end_unreachable_holder(
             settings, waiter, queue_full=decision.queue_full, seen=decision.seen
@@ -189,10 +185,10 @@ def _give_up(settings: Settings, found: Setback, look: Look) -> HighlanderError:
     return blocked_error(settings, look.blocker)
 
 
-async def _attempt(settings: Settings, waiter: Waiter) -> Reign | Setback:
+async def _attempt(settings: Settings, waiter: Waiter, backend: Backend) -> Reign | Setback:
     connected_ms = int(time.time() * 1000)
     try:
-        sock = connect(settings.paths.socket)
+        sock = backend.open(settings)
     except QueueFull:
         return Crowded()
     if sock is None:
@@ -203,7 +199,7 @@ async def _attempt(settings: Settings, waiter: Waiter) -> Reign | Setback:
         if isinstance(greeting, Mismatch):
             return greeting
         if isinstance(greeting, Silent):
-            return _silent(settings, greeting, connected_ms)
+            return _silent(settings, greeting, connected_ms, backend)
         if greeting.hello.pid == os.getpid():
             raise claimed_twice(settings)
         return await _succeed(settings, greeting, fds)
@@ -216,11 +212,11 @@ async def _attempt(settings: Settings, waiter: Waiter) -> Reign | Setback:
         sock.close()
 
 
-def _silent(settings: Settings, greeting: Silent, connected_ms: int) -> Setback:
+def _silent(settings: Settings, greeting: Silent, connected_ms: int, backend: Backend) -> Setback:
     """Connected, but no HELLO: decide from the holder's record, never from a guess."""
     if greeting.closed:
         return Changed()
-    record = read_record(settings.paths.state)
+    record = backend.holder(settings)
     target = record_target(settings, record)
     if target is None or record is None:
         raise ForeignHolderError(
