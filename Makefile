@@ -29,19 +29,19 @@ pytest: $(STAMP)
 test: lint typecheck pytest
 
 demo: $(STAMP)
-	$(PY) scripts/demo.py
+	$(PY) -m scripts.demo
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[test,dev,bench]'
-	$(PY) scripts/bench.py
+	$(PY) -m scripts.bench
 
 chaos: $(STAMP)
-	$(PY) scripts/chaos.py --events 500 --seed 1
+	$(PY) -m scripts.chaos --events 500 --seed 1
 
 # Seeds 1-10 in turn, then a summary table (SEEDS=11-20 for others).
 SEEDS ?= 1-10
 chaos-many: $(STAMP)
-	$(PY) scripts/chaos.py --events 500 --seeds $(SEEDS)
+	$(PY) -m scripts.chaos --events 500 --seeds $(SEEDS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

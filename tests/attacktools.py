@@ -21,8 +21,6 @@ import sys
 import time
 from typing import Any
 
-from proctools import TOKEN, WAIT, Children
-
 from highlander._core.codec import decode_payload, encode_frame, split_body
 from highlander._core.connection import Closed, Connection
 from highlander._core.errors import ProtocolError
@@ -31,6 +29,7 @@ from highlander._core.signing import NO_NONCE, Direction, derive_key, sign
 from highlander._core.state import Role
 from highlander._host.identity import own_identity
 from highlander._host.rendezvous import names_key, project_key, project_paths
+from tests.proctools import TOKEN, WAIT, Children
 
 #: The child's default app name (tests/programs/child.py).
 APP = "child"

@@ -15,8 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from proctools import Children
-from proctools_extra import Extras
 
 from highlander._core.connection import Closed
 from highlander._core.deadlines import Timeouts
@@ -33,6 +31,8 @@ from highlander._core.messages import (
 from highlander._core.pair import ConnectionPair
 from highlander._core.signing import derive_key
 from highlander._core.state import Role
+from tests.proctools import Children
+from tests.proctools_extra import Extras
 
 #: The sandbox fixture users get (docs/guide.md, "Testing your server"); the
 #: examples' tests use it as theirs would.

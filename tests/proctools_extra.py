@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 from typing import IO, Any
 
-from proctools import CHILD, WAIT, Child, Children
+from tests.proctools import CHILD, WAIT, Child, Children
 
 #: The uid of "another user" in these tests (no passwd entry needed).
 OTHER_UID = 12345

@@ -16,7 +16,7 @@ import sys
 import textwrap
 import time
 
-from proctools import Child, Children
+from tests.proctools import Child, Children
 
 #: Reports through HL_READY_FD; sleeps until killed after its last report.
 PRELUDE = """

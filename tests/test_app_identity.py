@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from proctools import WAIT, Child, Children, readable
 
 from highlander._commands.run import default_app
 from highlander._host.rendezvous import project_paths
+from tests.proctools import WAIT, Child, Children, readable
 
 #: Two real-world names that agree on their first 32 characters.
 LONG = ("acme-internal-code-search-server-indexer", "acme-internal-code-search-server-gateway")

@@ -32,7 +32,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from attacktools import (
+
+from highlander._core.codec import DEFAULT_MAX_FRAME, encode_frame, split_body
+from highlander._core.connection import Connection
+from highlander._core.deadlines import Timeouts
+from highlander._core.errors import SignatureError
+from highlander._core.messages import Hello, StatusReply
+from highlander._core.signing import derive_key
+from highlander._core.state import Role
+from highlander._host.rendezvous import project_key
+from highlander._shell.incumbent import MAX_CONNECTIONS
+from tests.attacktools import (
     FAKE_INCUMBENT,
     HANG,
     REJECTIONS,
@@ -49,18 +59,8 @@ from attacktools import (
     wait_fds_at_most,
     wait_new_events,
 )
-from proctools import TOKEN, WAIT, Child, Children
-from proctools_extra import Extras, last_stderr_line
-
-from highlander._core.codec import DEFAULT_MAX_FRAME, encode_frame, split_body
-from highlander._core.connection import Connection
-from highlander._core.deadlines import Timeouts
-from highlander._core.errors import SignatureError
-from highlander._core.messages import Hello, StatusReply
-from highlander._core.signing import derive_key
-from highlander._core.state import Role
-from highlander._host.rendezvous import project_key
-from highlander._shell.incumbent import MAX_CONNECTIONS
+from tests.proctools import TOKEN, WAIT, Child, Children
+from tests.proctools_extra import Extras, last_stderr_line
 
 MIB = 1024  # KiB per MiB: VmRSS is in KiB
 #: The holder's default request deadline (it runs with the default timeouts).

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from proctools import TOKEN, Children
 
 from highlander import Highlander, Timeouts
 from highlander._host import log as _log
 from highlander._shell.backend import LOCAL, LocalBackend
+from tests.proctools import TOKEN, Children
 
 PACKAGE = Path(__file__).resolve().parents[1] / "highlander"
 #: Modules above the seam, and the local machinery they must reach only through it.

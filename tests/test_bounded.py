@@ -23,10 +23,6 @@ import socket
 import time
 from typing import Any
 
-from attacktools import HANG, REJECTIONS, cli_status, paths_of, rss_kib
-from proctools import WAIT, Child, Children
-from proctools_extra import Extras
-
 from highlander._host.bounds import (
     CLIP_CHARS,
     RATE_PER_SECOND,
@@ -37,6 +33,9 @@ from highlander._host.bounds import (
     cause_of,
     clip,
 )
+from tests.attacktools import HANG, REJECTIONS, cli_status, paths_of, rss_kib
+from tests.proctools import WAIT, Child, Children
+from tests.proctools_extra import Extras
 
 MIB = 1024  # KiB per MiB: VmRSS and VmHWM are in KiB
 #: The review saw 720 MB; a holder at rest uses about 20 MB.

@@ -1,4 +1,4 @@
-"""The chaos harness (scripts/chaos.py) in the normal suite, bounded: ~100 events, one seed.
+"""The chaos harness (scripts/chaos/main.py) in the normal suite, bounded: ~100 events, one seed.
 
 ``make chaos`` runs the same harness for 500 events; docs/reliability.md has
 the numbers.  The harness is imported from scripts/, not duplicated here.
@@ -10,32 +10,28 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from proctools import Children
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
-sys.path.append(str(SCRIPTS))
-
-import chaos  # noqa: E402
-import chaos_faults  # noqa: E402
-import chaos_rendezvous  # noqa: E402
-from chaos_check import judge  # noqa: E402
-from chaos_counters import WEDGE_BOUND  # noqa: E402
-from chaos_log import CheckLine, EventTail, SaveLine, Witness, read_checks  # noqa: E402
-from chaos_procs import Lab, Proc  # noqa: E402
-from chaos_schedule import (  # noqa: E402
+from scripts.chaos import faults as chaos_faults
+from scripts.chaos import main as chaos
+from scripts.chaos import rendezvous as chaos_rendezvous
+from scripts.chaos.check import judge
+from scripts.chaos.counters import WEDGE_BOUND
+from scripts.chaos.log import CheckLine, EventTail, SaveLine, Witness, read_checks
+from scripts.chaos.procs import Lab, Proc
+from scripts.chaos.schedule import (
     PLANT_TARGETS,
     TIMEOUTS,
     WIPE_VARIANTS,
     child_config,
     make_schedule,
 )
+from tests.proctools import Children
 
 SEED = 1
 EVENTS = 100
@@ -643,7 +639,7 @@ def test_generation_keeps_growing_after_the_record_is_damaged(kids: Children) ->
 def test_reserving_room_in_a_planted_fifo_does_not_hang_the_harness(tmp_path: Path) -> None:
     """Found running seeds 1-12 on the final harness: `fill_disk` reserved room in the
     event log with a blocking open, and a `plant` had put a FIFO there: both runs hung."""
-    import chaos_faults
+    from scripts.chaos import faults as chaos_faults
 
     fifo = tmp_path / "events.jsonl"
     os.mkfifo(fifo)

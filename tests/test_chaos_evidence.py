@@ -14,11 +14,8 @@ from pathlib import Path
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
-sys.path.append(str(SCRIPTS))
-
-import chaos  # noqa: E402
-import chaos_report  # noqa: E402
+from scripts.chaos import main as chaos
+from scripts.chaos import report as chaos_report
 
 
 @pytest.mark.timeout(120)
@@ -55,7 +52,8 @@ def test_a_sigterm_ends_every_child_and_unmounts() -> None:
     root = Path(tempfile.gettempdir())
     before = set(root.glob("highlander-chaos-*"))
     run = subprocess.Popen(
-        [sys.executable, str(SCRIPTS / "chaos.py"), "--events", "200", "--seed", "4"],
+        [sys.executable, "-m", "scripts.chaos", "--events", "200", "--seed", "4"],
+        cwd=Path(chaos.__file__).resolve().parents[2],  # the repository: ``scripts`` is a package
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -90,7 +88,7 @@ def test_the_event_tail_lets_go_of_a_deleted_log(
 ) -> None:
     """A deleted log file held open keeps its blocks: on the run's 4 MiB tmpfs a few wipes
     filled the disk for good (seed 8: nobody could write a record at the settling)."""
-    import chaos_log
+    from scripts.chaos import log as chaos_log
 
     monkeypatch.setattr(chaos_log, "GONE_GRACE_S", 0.0)
     log = tmp_path / "p.events.jsonl"

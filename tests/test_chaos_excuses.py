@@ -3,18 +3,13 @@ sent out *after* the loss (before it noticed) counts, as the library waits for i
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
-from test_chaos import _claimed, _proc
-
-sys.path.append(str(Path(__file__).resolve().parent.parent / "scripts"))
-
-from chaos_check import judge
-from chaos_findings import Findings
-from chaos_log import Witness
-from chaos_schedule import TIMEOUTS
+from scripts.chaos.check import judge
+from scripts.chaos.findings import Findings
+from scripts.chaos.log import Witness
+from scripts.chaos.schedule import TIMEOUTS
+from tests.test_chaos import _claimed, _proc
 
 SECOND = 1_000_000_000
 
@@ -87,7 +82,7 @@ def test_a_reign_ends_at_its_relinquished_event_not_at_a_late_line() -> None:
 def test_a_kill_at_the_ceiling_is_fair_only_once_the_save_ran_that_long() -> None:
     """Guarantee 6: never before the absolute ceiling. A starved saver is spared at
     ``stall``; at ``ceiling`` it is fair game, but only if its save really began then."""
-    from test_chaos import _holder, _term
+    from tests.test_chaos import _holder, _term
 
     ceiling = int(TIMEOUTS["ceiling"] * SECOND)
     on_time = _holder(101, spawn=0, exit_=10 * SECOND)

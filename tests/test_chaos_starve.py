@@ -10,9 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-sys.path.append(str(Path(__file__).resolve().parent.parent / "scripts"))
-
-from chaos_starve import Starver
+from scripts.chaos.starve import Starver
 
 
 def _policies(pid: int) -> set[int]:
@@ -55,7 +53,7 @@ def test_the_settling_resumes_a_stopped_holder_whose_rendezvous_was_taken() -> N
     had not noticed yet; nobody could reach or end it, and the run never converged."""
     import signal
 
-    from chaos_runner import Runner
+    from scripts.chaos.runner import Runner
 
     sent: list[tuple[int, int]] = []
     second = 1_000_000_000
@@ -85,7 +83,7 @@ def test_the_settling_resumes_a_stopped_holder_whose_rendezvous_was_taken() -> N
 
 def test_cpythons_at_fork_hook_warning_is_counted_apart_from_exceptions() -> None:
     """Seed 6: logging imported on the log thread while the holder forked a worker."""
-    from test_chaos import _proc
+    from tests.test_chaos import _proc
 
     warning = (
         "Exception ignored in: <function _releaseLock at 0x7f05>\n"
@@ -111,8 +109,8 @@ def test_cpythons_at_fork_hook_warning_is_counted_apart_from_exceptions() -> Non
 def test_time_starved_by_the_harness_is_not_running_time_for_the_excuse() -> None:
     """Seed 6: starved from before a wipe until 1.15 s after it, the holder noticed 53 ms
     after it was fed; without the starved span that was 1.2 s of "running"."""
-    import chaos_current as current
-    from test_chaos import _proc
+    from scripts.chaos import current
+    from tests.test_chaos import _proc
 
     second = 1_000_000_000
     holder = _proc(101, spawn=0, exit_=9 * second, rc=0, ready={"counter": 1})

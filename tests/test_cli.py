@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from proctools import WAIT, Children
+from tests.proctools import WAIT, Children
 
 
 def cli(

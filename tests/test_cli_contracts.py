@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from proctools import WAIT, Children
+
+from tests.proctools import WAIT, Children
 
 
 def cli(kids: Children, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from proctools import WAIT, Children, readable
+
+from tests.proctools import WAIT, Children, readable
 
 COMMANDS = ("status", "stop", "events", "doctor", "token", "run")
 

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from proctools import WAIT, Child, Children
-from proctools_extra import Extras
 
 from highlander._host.identity import process_identity
+from tests.proctools import WAIT, Child, Children
+from tests.proctools_extra import Extras
 
 
 def cli(kids: Children, *args: str) -> subprocess.CompletedProcess[str]:

@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from proctools import Child, Children, assert_no_overlap
+
+from tests.proctools import Child, Children, assert_no_overlap
 
 #: The incumbent's ACK deadline is its ``request`` timeout.
 ACK_DEADLINE = 1.0

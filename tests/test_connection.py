@@ -33,7 +33,7 @@ from highlander._core.signing import NO_NONCE, Direction, derive_key, sign
 from highlander._core.state import Role, State
 
 if TYPE_CHECKING:
-    from conftest import FakeClock, Transcript
+    from tests.conftest import FakeClock, Transcript
 
 NEW, INC = Role.NEWCOMER, Role.INCUMBENT
 HANDOFF: dict[str, Any] = {"sessions": ["a", "b"], "cursor": 42, "ratio": 0.5}

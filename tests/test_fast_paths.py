@@ -15,7 +15,8 @@ import sys
 from typing import Any
 
 import pytest
-from proctools import Child, Children
+
+from tests.proctools import Child, Children
 
 #: A start that reports what the main thread imported while claiming.
 #: HL_SNIPPET_MODE: the mode; HL_SNIPPET_HELLO: the hello deadline (seconds);

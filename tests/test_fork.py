@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from proctools import Child, Children
+
+from tests.proctools import Child, Children
 
 pytestmark = pytest.mark.timeout(120)
 

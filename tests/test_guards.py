@@ -21,11 +21,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from proctools import WAIT, Child, Children
-from proctools_extra import OTHER_UID, Extras, events, exited, last_stderr_line
 
 from highlander._host.record import read_record
 from highlander._host.rendezvous import names_key, project_paths
+from tests.proctools import WAIT, Child, Children
+from tests.proctools_extra import OTHER_UID, Extras, events, exited, last_stderr_line
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "highlander"

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from proctools import Children
-from test_users_save import _refusals_by
+from tests.proctools import Children
+from tests.test_users_save import _refusals_by
 
 GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guide.md"
 

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-from proctools import Child, Children, assert_no_overlap, wait_until_one_left
+
+from tests.proctools import Child, Children, assert_no_overlap, wait_until_one_left
 
 STORM = 64
 #: Hang guard (never a performance bound).

@@ -28,7 +28,8 @@ from mcp import MCPError
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.types import CONNECTION_CLOSED
-from proctools import TOKEN, WAIT
+
+from tests.proctools import TOKEN, WAIT
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SERVER = EXAMPLES / "mcp_server.py"

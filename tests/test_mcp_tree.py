@@ -25,9 +25,10 @@ from typing import Any
 import anyio
 import pytest
 from mcp.client.stdio import StdioServerParameters
-from proctools import WAIT
-from test_mcp_e2e import PLAIN_SERVER, Client, Processes, connect, events, server_env
-from test_mcp_e2e import processes as processes  # noqa: PLC0414 - the fixture, used here too
+
+from tests.proctools import WAIT
+from tests.test_mcp_e2e import PLAIN_SERVER, Client, Processes, connect, events, server_env
+from tests.test_mcp_e2e import processes as processes  # noqa: PLC0414 - the fixture, used here too
 
 TREE = Path(__file__).resolve().parent / "programs" / "tree.py"
 MEMORY = "@modelcontextprotocol/server-memory"

@@ -89,7 +89,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 import pytest
-from conftest import CORE_KEY, CORE_TIMEOUTS, build_hello, build_save
 
 from highlander._core import commit as _commit
 from highlander._core.codec import NEED_DATA
@@ -98,6 +97,7 @@ from highlander._core.connection import Closed, Connection
 from highlander._core.errors import Reason
 from highlander._core.messages import AckSuccession, Message, ProgressReport, Refused, Saved
 from highlander._core.state import Role, State
+from tests.conftest import CORE_KEY, CORE_TIMEOUTS, build_hello, build_save
 
 #: The model has no clock: every Connection call happens at this instant.
 NOW: Final = 0.0

@@ -15,9 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from attacktools import Attacker, key_for, paths_of, read_frame, signed_status
-from conftest import ConnectionPair
-from proctools import TOKEN, WAIT, Children
 
 from highlander import OtherAppError, Reason
 from highlander._commands.inspect import look
@@ -29,6 +26,9 @@ from highlander._host.settings import Settings
 from highlander._host.waiting import BLOCKING, run_blocking
 from highlander._shell.admission import other_app
 from highlander._shell.newcomer import acquire
+from tests.attacktools import Attacker, key_for, paths_of, read_frame, signed_status
+from tests.conftest import ConnectionPair
+from tests.proctools import TOKEN, WAIT, Children
 
 # -- pure ---------------------------------------------------------------------------
 

@@ -10,7 +10,6 @@ test_bounded, ...) check that the shell carries the decisions out.
 from __future__ import annotations
 
 import pytest
-from conftest import CORE_TIMEOUTS, FakeClock
 
 from highlander._core.deadlines import QUEUED_EVIDENCE, STARVED_CAP, Sample
 from highlander._core.patience import Look, Patience
@@ -39,6 +38,7 @@ from highlander._core.policy import (
     Transition,
     Why,
 )
+from tests.conftest import CORE_TIMEOUTS, FakeClock
 
 HOLDER = (4242, 7)
 SUCCESSOR = (4343, 8)

@@ -20,12 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from proctools import WAIT, Child, Children
-from proctools_extra import OTHER_UID, Extras, last_stderr_line
 
 from highlander import Deposed, Highlander
 from highlander._host import log as _log
 from highlander._host.rendezvous import ProjectPaths, names_key, project_paths
+from tests.proctools import WAIT, Child, Children
+from tests.proctools_extra import OTHER_UID, Extras, last_stderr_line
 
 APP = "child"  # the test child's default app name
 FAST = {"hello": 0.5, "stall": 0.6, "ceiling": 1.5, "exit_grace": 0.5, "term_grace": 0.5}

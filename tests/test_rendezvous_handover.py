@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from proctools import Children
+
+from tests.proctools import Children
 
 
 @pytest.mark.timeout(120)

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from proctools import Child, Children, assert_no_overlap
 
 from highlander._host.rendezvous import RUNTIME_VAR, choose_runtime_dir, default_runtime_dir
+from tests.proctools import Child, Children, assert_no_overlap
 
 UID = os.geteuid()
 DEFAULT = default_runtime_dir(UID)

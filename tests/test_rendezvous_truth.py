@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from proctools import Child, Children
 
 from highlander._host.record import GENERATION_MAX, read_record
 from highlander._host.rendezvous import project_key
+from tests.proctools import Child, Children
 
 #: Hang guard (never a performance bound).
 SETTLE = 30.0

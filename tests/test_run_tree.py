@@ -21,8 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from proctools import WAIT, Children
-from treetools import TREE, Trees
+
+from tests.proctools import WAIT, Children
+from tests.treetools import TREE, Trees
 
 
 @pytest.fixture

@@ -19,10 +19,10 @@ import time
 from typing import Any
 
 import pytest
-from attacktools import HANG, Attacker, fd_count, key_for, paths_of, read_frame, read_to_eof
-from proctools import Child, Children
 
 from highlander._core.messages import StatusReply
+from tests.attacktools import HANG, Attacker, fd_count, key_for, paths_of, read_frame, read_to_eof
+from tests.proctools import Child, Children
 
 
 def _soft_nofile(pid: int) -> int:

@@ -18,10 +18,10 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from proctools import Child, Children
 
 from highlander._core.deadlines import QUEUED_EVIDENCE, STARVED_CAP, Sample, spared_busy, starved
 from highlander._host.identity import run_state
+from tests.proctools import Child, Children
 
 TIMEOUTS = {"hello": 0.3, "stall": 0.6, "ceiling": 2.0, "exit_grace": 1.0, "term_grace": 0.5}
 

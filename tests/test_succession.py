@@ -8,7 +8,8 @@ import signal
 from pathlib import Path
 
 import pytest
-from proctools import Children, assert_no_overlap, wait_until_one_left
+
+from tests.proctools import Children, assert_no_overlap, wait_until_one_left
 
 
 def _events(kids: Children) -> list[dict[str, object]]:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from proctools import Children
+
+from tests.proctools import Children
 
 
 def _refusals_by(kids: Children, pid: int) -> list[str]:

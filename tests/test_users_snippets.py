@@ -12,8 +12,8 @@ import json
 import re
 from pathlib import Path
 
-from proctools import Children
-from test_cli import cli
+from tests.proctools import Children
+from tests.test_cli import cli
 
 IDE_MD = Path(__file__).resolve().parent.parent / "docs" / "ide.md"
 #: The example token docs/ide.md shows (not a secret: the page says to generate one).

@@ -14,7 +14,7 @@ import os
 import re
 from pathlib import Path
 
-from proctools import WAIT, Child, Children, readable
+from tests.proctools import WAIT, Child, Children, readable
 
 LINE = re.compile(r"^timestamp='(?P<ts>[^']+)' level='(?P<level>\w+)' event='(?P<event>\w+)'")
 COUNTER = re.compile(r"\bcounter=(\d+)\b")

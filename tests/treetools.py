@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from proctools import WAIT, Children, readable
+from tests.proctools import WAIT, Children, readable
 
 TREE = Path(__file__).resolve().parent / "programs" / "tree.py"
 

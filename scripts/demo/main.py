@@ -104,7 +104,7 @@ def _detail(message: object) -> str:
 
 
 def two_processes() -> int:
-    from demo_processes import run  # noqa: PLC0415 - part 2 lives next to this script
+    from scripts.demo.processes import run  # noqa: PLC0415 - part 2 lives next to this module
 
     return run()
 

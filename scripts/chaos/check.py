@@ -23,9 +23,9 @@
   Highlander after a hang), reported separately.
 
 The counters issue #10 added (healthy holders signalled, wedged projects,
-concurrent saves) and the newcomers' verdicts are in scripts/chaos_counters.py;
+concurrent saves) and the newcomers' verdicts are in scripts/chaos/counters.py;
 issue #11's (simultaneous ``check_current()`` passes, forked workers, the window
-a wiped rendezvous leaves) in scripts/chaos_current.py.
+a wiped rendezvous leaves) in scripts/chaos/current.py.
 """
 
 from __future__ import annotations
@@ -35,11 +35,10 @@ import signal
 from collections import defaultdict
 from typing import Any
 
-import chaos_counters as counters
-import chaos_current as current
-from chaos_findings import Findings, Reign
-from chaos_log import CheckLine, SaveLine, Witness
-from chaos_process import INF, Proc, Who, to_monotonic
+from scripts.chaos import counters, current
+from scripts.chaos.findings import Findings, Reign
+from scripts.chaos.log import CheckLine, SaveLine, Witness
+from scripts.chaos.process import INF, Proc, Who, to_monotonic
 
 #: How the protocol core words a message field it refuses to build or accept.
 _BAD_FIELD = re.compile(r"^[A-Z_]+ field '\w+' ")

@@ -31,9 +31,9 @@ import itertools
 from collections import Counter
 from typing import Any
 
-from chaos_log import CheckLine
-from chaos_process import INF, Proc, Who, to_monotonic
-from chaos_schedule import TIMEOUTS
+from scripts.chaos.log import CheckLine
+from scripts.chaos.process import INF, Proc, Who, to_monotonic
+from scripts.chaos.schedule import TIMEOUTS
 
 #: How long a holder may keep running after its lock file was taken before it steps
 #: down (docs/defaults.md: "the time to wake", milliseconds; 1 s on a loaded machine).

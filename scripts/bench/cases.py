@@ -18,9 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench_children import Child, Children, check_exit, children, newcomer
-from bench_env import APP, CLK_TCK, TOKEN, WAIT, BenchError, child_env, proc_stat
-from bench_results import Row
+from scripts.bench.children import Child, Children, check_exit, children, newcomer
+from scripts.bench.env import APP, CLK_TCK, TOKEN, WAIT, BenchError, child_env, proc_stat
+from scripts.bench.results import Row
 
 #: Each import case: (key, label, statement, preloaded modules, target in ms).
 #: ``import highlander`` alone loads only the error hierarchy (the package is

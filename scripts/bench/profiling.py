@@ -14,9 +14,9 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from bench_cases import acquire_runs, succession
-from bench_children import children
-from bench_env import REPO, WAIT, child_env
+from scripts.bench.cases import acquire_runs, succession
+from scripts.bench.children import children
+from scripts.bench.env import REPO, WAIT, child_env
 
 
 def _shorten(text: str) -> str:

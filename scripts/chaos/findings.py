@@ -1,6 +1,6 @@
-"""What the chaos judge found (scripts/chaos_check.py): the reigns, and every count.
+"""What the chaos judge found (scripts/chaos/check.py): the reigns, and every count.
 
-``Findings`` holds the must-be-zero lists (the report, scripts/chaos_report.py,
+``Findings`` holds the must-be-zero lists (the report, scripts/chaos/report.py,
 names them) and the numbers printed beside them.
 """
 
@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos_process import INF, Proc
+from scripts.chaos.process import INF, Proc
 
 
 @dataclass

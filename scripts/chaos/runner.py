@@ -1,6 +1,6 @@
 """Running a chaos schedule against a :class:`Lab`, and settling it afterwards.
 
-Each step's kind is fixed by the schedule (scripts/chaos_schedule.py); its
+Each step's kind is fixed by the schedule (scripts/chaos/schedule.py); its
 target ("the holder", "a newcomer in flight") is resolved when it runs, from
 what the harness has seen by then.  Signals due later (SIGCONT, or the fate
 of a newcomer that stopped itself) are resolved against the process the
@@ -18,16 +18,14 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-import chaos_faults as faults
-import chaos_rendezvous as rendezvous
-from chaos_log import EventTail
-from chaos_procs import Lab, Proc
-from chaos_report import CONVERGENCE_BOUND
-from chaos_schedule import STARTS, Step, child_config
-from chaos_starve import Starver
-
 from highlander._host.waiting import BLOCKING, run_blocking
 from highlander._shell.control import query_status
+from scripts.chaos import faults, rendezvous
+from scripts.chaos.log import EventTail
+from scripts.chaos.procs import Lab, Proc
+from scripts.chaos.report import CONVERGENCE_BOUND
+from scripts.chaos.schedule import STARTS, Step, child_config
+from scripts.chaos.starve import Starver
 
 #: Running Highlander processes at most; a start waits (bounded) below this.
 #: (Stopped ones do not count: a newcomer left stopped must not throttle the run.)

@@ -14,7 +14,7 @@ child exited 0 after ``deposed`` or 1 after ``refused``, and the event log
 agrees (one ``claimed_free``, one ``claimed``/``succeeded`` per deposed
 child).  No holder, or more than one, is a :class:`BenchError`.
 
-``python scripts/bench_storm.py [--runs N]`` runs this benchmark alone.
+``python -m scripts.bench.storm [--runs N]`` runs this benchmark alone.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench_children import Child, Children, children, write_child_script
-from bench_env import WAIT, BenchError, machine_info, machine_line, stderr_to
-from bench_results import Row, render_table
+from scripts.bench.children import Child, Children, children, write_child_script
+from scripts.bench.env import WAIT, BenchError, machine_info, machine_line, stderr_to
+from scripts.bench.results import Row, render_table
 
 #: Children started per storm (the issue's "storm of 32 starts").
 STORM = 32
@@ -214,8 +214,11 @@ def bench_storm(base: Path, runs: int, script: Path) -> Row:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run benchmark 9 alone, with the same scratch set-up as ``scripts/bench.py``."""
-    parser = argparse.ArgumentParser(description="Benchmark 9 alone: " + __doc__.splitlines()[0])
+    """Run benchmark 9 alone, with the same scratch set-up as ``scripts/bench/main.py``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.bench.storm",
+        description="Benchmark 9 alone: " + __doc__.splitlines()[0],
+    )
     parser.add_argument("--runs", type=int, default=15, help="storms (default 15)")
     args = parser.parse_args(argv)
     base = Path(tempfile.mkdtemp(prefix="hl-bench-"))

@@ -24,9 +24,9 @@ import statistics
 import time
 from pathlib import Path
 
-from bench_children import Child, Children, children
-from bench_env import APP, BenchError
-from bench_results import Row
+from scripts.bench.children import Child, Children, children
+from scripts.bench.env import APP, BenchError
+from scripts.bench.results import Row
 
 #: Library name -> the module whose presence the import check looks for.
 PEERS = {

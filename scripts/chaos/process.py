@@ -1,6 +1,6 @@
 """One process of a chaos run as the harness knows it, and which process a pid meant when.
 
-Split from scripts/chaos_procs.py (which starts, watches and signals them):
+Split from scripts/chaos/procs.py (which starts, watches and signals them):
 this is the record the checker reads.  Times are ``time.monotonic_ns()``
 unless a name says ``wall``.
 """

@@ -1,6 +1,6 @@
 """Issue #11's file faults: the rendezvous wiped, and things planted at its files.
 
-Like scripts/chaos_faults.py, each function takes the project's paths
+Like scripts/chaos/faults.py, each function takes the project's paths
 (``Settings.paths``), does one thing to the runtime directory and returns a
 short note for the run's log; nothing here follows a symlink or blocks on a
 FIFO.  The runtime directory is the harness's tmpfs mount point: a wipe

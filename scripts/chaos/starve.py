@@ -16,8 +16,8 @@ import subprocess
 import sys
 import time
 
-from chaos_process import INF
-from chaos_procs import Proc
+from scripts.chaos.process import INF
+from scripts.chaos.procs import Proc
 
 
 class Starver:

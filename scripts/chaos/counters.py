@@ -21,9 +21,9 @@ import re
 from collections import Counter
 from typing import Any
 
-from chaos_log import SaveLine
-from chaos_process import INF, Proc, Who, to_monotonic
-from chaos_schedule import TIMEOUTS
+from scripts.chaos.log import SaveLine
+from scripts.chaos.process import INF, Proc, Who, to_monotonic
+from scripts.chaos.schedule import TIMEOUTS
 
 #: How far back a stop excuses a signal: a holder is called hung after missing
 #: ``hello`` (it did not answer) or ``stall`` (its save did not advance).

@@ -20,7 +20,7 @@ WAIT = 30.0
 def _start(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int]:
     read_end, write_end = os.pipe()
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "demo_server.py")],
+        [sys.executable, str(HERE / "server.py")],
         env={**env, "DEMO_READY_FD": str(write_end)},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

@@ -3,7 +3,7 @@
 One project, one fresh runtime directory, mounted as a 4 MiB tmpfs when the
 harness may mount (root; otherwise it says so once and the disk steps are
 counted no-ops).  ``random.Random(seed)`` draws the whole schedule up front
-(scripts/chaos_schedule.py): newcomers (AUTO) whose own save is quick, slow
+(scripts/chaos/schedule.py): newcomers (AUTO) whose own save is quick, slow
 but advancing, or hanging; newcomers whose first ACK lands at the
 incumbent's ACK deadline, that stop themselves between SAVED and their ACK
 (then SIGCONT, SIGKILL or left stopped), or that run under RLIMIT_NOFILE 48;
@@ -31,14 +31,14 @@ every newcomer that stopped itself, and every holder stopped when its
 rendezvous was taken), frees the disk, removes a directory at the socket
 path and every plant, starts one more newcomer and times how long until exactly
 one live holder answers a signed STATUS.  Then it ends every process it
-started (by pidfd), judges the evidence (scripts/chaos_check.py,
-scripts/chaos_counters.py) and prints the summary; the exit status is 1 when
+started (by pidfd), judges the evidence (scripts/chaos/check.py,
+scripts/chaos/counters.py) and prints the summary; the exit status is 1 when
 a must-be-zero number is not zero.
 
-    .venv/bin/python scripts/chaos.py --events 500 --seed 1
-    .venv/bin/python scripts/chaos.py --events 100 --seed 2 --keep /tmp/evidence
-    .venv/bin/python scripts/chaos.py --state-damage garbage,truncated,empty
-    .venv/bin/python scripts/chaos.py --events 500 --seeds 1-10   # = make chaos-many
+    .venv/bin/python -m scripts.chaos --events 500 --seed 1
+    .venv/bin/python -m scripts.chaos --events 100 --seed 2 --keep /tmp/evidence
+    .venv/bin/python -m scripts.chaos --state-damage garbage,truncated,empty
+    .venv/bin/python -m scripts.chaos --events 500 --seeds 1-10   # = make chaos-many
 
 ``--seeds A-B`` runs each seed in turn (each its own project and runtime
 directory), prints every report, then one summary table; the exit status is
@@ -65,17 +65,15 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from chaos_check import judge
-from chaos_counters import newcomers
-from chaos_current import claims_after_fork_kills
-from chaos_log import EventTail, read_checks, read_saves, read_witness
-from chaos_procs import Lab
-from chaos_rendezvous import files_under
-from chaos_report import SUMMARY_HEADER, Report
-from chaos_runner import Runner
-from chaos_schedule import STATE_DAMAGE, make_schedule
+from scripts.chaos.check import judge
+from scripts.chaos.counters import newcomers
+from scripts.chaos.current import claims_after_fork_kills
+from scripts.chaos.log import EventTail, read_checks, read_saves, read_witness
+from scripts.chaos.procs import Lab
+from scripts.chaos.rendezvous import files_under
+from scripts.chaos.report import SUMMARY_HEADER, Report
+from scripts.chaos.runner import Runner
+from scripts.chaos.schedule import STATE_DAMAGE, make_schedule
 
 
 def keep_evidence(runner: Runner, tail: EventTail, keep: Path) -> None:
@@ -198,7 +196,9 @@ def seed_range(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.chaos", description=__doc__.split("\n", 1)[0]
+    )
     parser.add_argument("--events", type=int, default=500, help="scheduled events (default 500)")
     parser.add_argument("--seed", type=int, default=1, help="schedule seed (default 1)")
     parser.add_argument(

@@ -30,25 +30,18 @@ import os
 import selectors
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import chaos_faults as faults
-from chaos_process import Adopted, Proc, adopted, has_ended, set_subreaper
-
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO / "tests") not in sys.path:
-    sys.path.insert(0, str(REPO / "tests"))
-
-from proctools import TOKEN, Child, Children  # noqa: E402
-
-from highlander._core.deadlines import Timeouts  # noqa: E402
-from highlander._host.event_log import EventLog  # noqa: E402
-from highlander._host.identity import process_identity  # noqa: E402
-from highlander._host.settings import Settings  # noqa: E402
+from highlander._core.deadlines import Timeouts
+from highlander._host.event_log import EventLog
+from highlander._host.identity import process_identity
+from highlander._host.settings import Settings
+from scripts.chaos import faults
+from scripts.chaos.process import Adopted, Proc, adopted, has_ended, set_subreaper
+from tests.proctools import TOKEN, Child, Children
 
 #: Bound on any single wait for a process to end after SIGKILL.
 KILL_WAIT = 10.0

@@ -65,20 +65,35 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench_cases import bench_acquire, bench_idle, bench_import, bench_stale, bench_succession
-from bench_children import write_child_script
-from bench_env import BenchError, machine_busy, machine_info, machine_line, own_cpu, stderr_to
-from bench_peers import bench_peers
-from bench_profile import profile_evidence
-from bench_results import Row, render_table
-from bench_storm import STORM, bench_storm
-from bench_watchdog import bench_identity, bench_stopped
+from scripts.bench.cases import (
+    bench_acquire,
+    bench_idle,
+    bench_import,
+    bench_stale,
+    bench_succession,
+)
+from scripts.bench.children import write_child_script
+from scripts.bench.env import (
+    BenchError,
+    machine_busy,
+    machine_info,
+    machine_line,
+    own_cpu,
+    stderr_to,
+)
+from scripts.bench.peers import bench_peers
+from scripts.bench.profiling import profile_evidence
+from scripts.bench.results import Row, render_table
+from scripts.bench.storm import STORM, bench_storm
+from scripts.bench.watchdog import bench_identity, bench_stopped
 
 # -- main -------------------------------------------------------------------------
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.bench", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--runs", type=int, default=15, help="runs per benchmark (default 15)")
     parser.add_argument(
         "--idle-seconds", type=float, default=30.0, help="idle holder window (default 30)"

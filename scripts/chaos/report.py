@@ -6,10 +6,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos_counters import WEDGE_BOUND
-from chaos_current import DETECTION_BOUND_NS
-from chaos_findings import Findings
-from chaos_process import INF
+from scripts.chaos.counters import WEDGE_BOUND
+from scripts.chaos.current import DETECTION_BOUND_NS
+from scripts.chaos.findings import Findings
+from scripts.chaos.process import INF
 
 #: Convergence after the last event must take less than this (seconds).
 CONVERGENCE_BOUND = 20.0

@@ -23,10 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench_cases import wait_until
-from bench_children import Child, Children, check_exit, children, newcomer
-from bench_env import BenchError, proc_stat
-from bench_results import Row
+from scripts.bench.cases import wait_until
+from scripts.bench.children import Child, Children, check_exit, children, newcomer
+from scripts.bench.env import BenchError, proc_stat
+from scripts.bench.results import Row
 
 #: Timed calls per identity check, after IDENTITY_WARMUP untimed ones.
 IDENTITY_CALLS = 1000

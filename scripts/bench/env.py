@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TOKEN = "bench-token-0123456789abcdef0123456789abcdef"
 APP = "bench"
 #: Hang guard for every wait on a child (not a performance threshold).

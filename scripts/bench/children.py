@@ -17,11 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench_env import APP, HOLD, TOKEN, WAIT, BenchError, child_env
-
-# The test suite's process helpers, reused rather than copied.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import proctools
+from scripts.bench.env import APP, HOLD, TOKEN, WAIT, BenchError, child_env
+from tests import proctools  # the test suite's process helpers, reused rather than copied
 
 #: The benchmark's child program: ``holder``, ``newcomer``, ``baseline`` or ``storm``.
 #: It reports JSON lines on the pipe named by HL_BENCH_FD and never writes stdout.
