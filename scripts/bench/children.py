@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from scripts.bench.env import APP, HOLD, TOKEN, WAIT, BenchError, child_env
-from tests import proctools  # the test suite's process helpers, reused rather than copied
+from tests.support import proctools  # the test suite's process helpers, reused rather than copied
 
 #: The benchmark's child program: ``holder``, ``newcomer``, ``baseline`` or ``storm``.
 #: It reports JSON lines on the pipe named by HL_BENCH_FD and never writes stdout.
@@ -158,7 +158,7 @@ def write_child_script(base: Path) -> Path:
 
 
 class Child(proctools.Child):
-    """A test-suite child (tests/proctools.py) whose errors carry its stderr's tail."""
+    """A test-suite child (tests/support/proctools.py) whose errors carry its stderr's tail."""
 
     def __init__(self, proc: subprocess.Popen[bytes], reports: int, stderr_path: Path) -> None:
         super().__init__(proc, reports)

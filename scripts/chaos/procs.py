@@ -1,7 +1,7 @@
 """The processes of a chaos run: started, watched, signalled and ended by the harness.
 
 Holder candidates are tests/programs/child.py, started with the tests' own
-``Children.start`` (tests/proctools.py) and heard through its ``Child``
+``Children.start`` (tests/support/proctools.py) and heard through its ``Child``
 report pipe.  Every process the harness starts gets a pidfd at once (it is
 our unreaped child, so the pid cannot have been reused yet) and a reaper
 thread that records the moment the process ended; every signal the harness
@@ -41,7 +41,7 @@ from highlander._host.identity import process_identity
 from highlander._host.settings import Settings
 from scripts.chaos import faults
 from scripts.chaos.process import Adopted, Proc, adopted, has_ended, set_subreaper
-from tests.proctools import TOKEN, Child, Children
+from tests.support.proctools import TOKEN, Child, Children
 
 #: Bound on any single wait for a process to end after SIGKILL.
 KILL_WAIT = 10.0

@@ -4,7 +4,7 @@ It writes nothing to stdout (the tests check that); it reports to the test
 through the pipe named by HL_READY_FD and appends acquire/release lines with
 a CLOCK_MONOTONIC timestamp to the witness file.
 
-Options the chaos harness (scripts/chaos.py) adds: ``event_mirror`` (a path:
+Options the chaos harness (scripts/chaos/main.py) adds: ``event_mirror`` (a path:
 every event the library emits is also appended there, so a wiped or planted
 event log loses no evidence), ``check_loop`` (seconds) with ``check_witness``
 (a path: once holding, ``check_current()`` in a loop, ``pass|fail PID BEGIN

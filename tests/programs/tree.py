@@ -1,4 +1,4 @@
-"""Process trees for tests/test_run_tree.py: an ``npm exec``-like launcher and a server.
+"""Process trees for tests/cli/test_run_tree.py: an ``npm exec``-like launcher and a server.
 
 ``tree.py launcher CMD ARGS...`` starts ``CMD ARGS...`` and waits for it,
 with no signal handling of its own: SIGTERM ends the launcher and leaves

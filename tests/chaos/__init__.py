@@ -1,0 +1,1 @@
+"""The chaos harness (scripts/chaos): its parts, and a bounded run."""

@@ -1,0 +1,106 @@
+"""The judge's excuse for a holder that outlives its taken rendezvous: a handover it
+sent out *after* the loss (before it noticed) counts, as the library waits for it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scripts.chaos.check import judge
+from scripts.chaos.findings import Findings
+from scripts.chaos.log import Witness
+from scripts.chaos.schedule import TIMEOUTS
+from tests.chaos.test_chaos import _claimed, _proc
+
+SECOND = 1_000_000_000
+
+
+def _found(release: int, saved_at: int | None) -> Findings:
+    old = _proc(101, spawn=0, exit_=9 * SECOND, rc=0, ready={"counter": 4})
+    new = _proc(102, spawn=SECOND, exit_=9 * SECOND, rc=0, ready={"counter": 1})
+    events = [
+        _claimed(101, 1 * SECOND, 1, "claimed_free"),
+        _claimed(102, 2 * SECOND, 2, "claimed_free"),
+    ]
+    if saved_at is not None:
+        events.append({"ts": saved_at / 1e9, "event": "saved", "pid": 101, "peer_pid": 103})
+    events.sort(key=lambda e: e["ts"])
+    wipe = [(int(1.9 * SECOND), int(1.9 * SECOND) + 1000, "step 7: runtime dir wiped")]
+    witness = [
+        Witness("acquire", 101, 1, 1 * SECOND),
+        Witness("acquire", 102, 2, 2 * SECOND),
+        Witness("release", 101, 1, release),
+    ]
+    return judge([old, new], events, witness, [(0.0, 0)], losses=wipe)
+
+
+def test_a_handover_sent_after_the_loss_extends_the_excuse_by_request_only() -> None:
+    request = int(TIMEOUTS["request"] * SECOND)
+    late = int(1.9 * SECOND) + request  # the handover's end: past the 1 s bound alone
+    # Without a handover out, holding until then is a double holder.
+    assert len(_found(late, None).double_holders) == 1
+    # SAVED sent after the wipe (before the holder noticed): it waits for the handover.
+    found = _found(late, saved_at=int(1.95 * SECOND))
+    assert found.double_holders == [] and len(found.excused) == 1
+    (ran, _, out) = next(iter(found.excused.values()))
+    assert out and ran > SECOND
+    # Never longer than the bound plus request.
+    beyond = int(1.9 * SECOND) + request + int(1.2 * SECOND)
+    assert len(_found(beyond, saved_at=int(1.95 * SECOND)).double_holders) == 1
+
+
+def _relinquished(pid: int, at: int) -> dict[str, Any]:
+    return {"ts": at / 1e9, "event": "relinquished", "pid": pid, "outcome": "deposed"}
+
+
+def test_a_reign_ends_at_its_relinquished_event_not_at_a_late_line() -> None:
+    """A starved holder's main thread may write its acquire (or release) line after the
+    library already handed the project on: the library's relinquished event ends the reign."""
+    old = _proc(101, spawn=0, exit_=9 * SECOND, rc=0, ready={"counter": 1})
+    new = _proc(102, spawn=SECOND, exit_=9 * SECOND, rc=0, ready={"counter": 2})
+    events: list[dict[str, Any]] = [
+        _claimed(101, 1 * SECOND, 1, "claimed_free"),
+        _relinquished(101, int(1.5 * SECOND)),
+        _claimed(102, int(1.6 * SECOND), 2, "succeeded"),
+    ]
+    witness = [
+        Witness("acquire", 102, 2, int(1.7 * SECOND)),
+        Witness("acquire", 101, 1, int(1.8 * SECOND)),  # late: already deposed
+        Witness("release", 101, 1, int(1.9 * SECOND)),
+    ]
+    found = judge([old, new], events, witness, [(0.0, 0)])
+    assert found.double_holders == []
+    # Without the event the same lines are a double holder (the older by generation named).
+    found = judge([old, new], events[::2], witness, [(0.0, 0)])
+    assert len(found.double_holders) == 1
+    assert found.double_holders[0].startswith("pid 101 (gen 1) still held when pid 102")
+    # A relinquished event after the newer reign began does not hide the overlap.
+    late = [events[0], events[2], _relinquished(101, int(1.85 * SECOND))]
+    found = judge([old, new], late, witness, [(0.0, 0)])
+    assert len(found.double_holders) == 1 and "overlap 50.000 ms" in found.double_holders[0]
+
+
+def test_a_kill_at_the_ceiling_is_fair_only_once_the_save_ran_that_long() -> None:
+    """Guarantee 6: never before the absolute ceiling. A starved saver is spared at
+    ``stall``; at ``ceiling`` it is fair game, but only if its save really began then."""
+    from tests.chaos.test_chaos import _holder, _term
+
+    ceiling = int(TIMEOUTS["ceiling"] * SECOND)
+    on_time = _holder(101, spawn=0, exit_=10 * SECOND)
+    early = _holder(102, spawn=0, exit_=10 * SECOND)
+    events: list[dict[str, Any]] = []
+    for proc, began in ((on_time, 9 * SECOND - ceiling), (early, 9 * SECOND - ceiling // 2)):
+        events += [
+            {"ts": began / 1e9, "event": "save_requested", "pid": proc.pid, "peer_pid": 200},
+            {
+                "ts": 9 * SECOND / 1e9,
+                "event": "hung",
+                "pid": 200,
+                "peer_pid": proc.pid,
+                "phase": "ceiling",
+            },
+            _term(200, proc, 9 * SECOND),
+        ]
+    events.sort(key=lambda e: e["ts"])
+    found = judge([on_time, early], events, [], [(0.0, 0)])
+    assert found.fair_signals == {"its save ran past the absolute ceiling": 1}
+    assert len(found.healthy_signalled) == 1 and "to pid 102" in found.healthy_signalled[0]

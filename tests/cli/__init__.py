@@ -1,0 +1,1 @@
+"""The highlander command, run and the MCP servers, against real processes."""

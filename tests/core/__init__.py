@@ -1,0 +1,1 @@
+"""The pure protocol core (highlander/_core): no process, socket or clock."""

@@ -1,0 +1,1 @@
+"""What the docs and examples say, checked: commands, claims, snippets, examples."""

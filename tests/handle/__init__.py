@@ -1,0 +1,1 @@
+"""The public handle as a Python user meets it, in-process and with real processes."""

@@ -1,0 +1,181 @@
+"""What stays off the critical path: no event loop before holding, no crypto for a verdict.
+
+Each start runs in a fresh interpreter whose import system records which
+thread imported what.  The claim runs in the main thread; the serving side
+(anyio, the protocol core, structlog) must be imported by other threads, after
+the claim.  These are structural checks, not timings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from typing import Any
+
+import pytest
+
+from tests.support.proctools import Child, Children
+
+#: A start that reports what the main thread imported while claiming.
+#: HL_SNIPPET_MODE: the mode; HL_SNIPPET_HELLO: the hello deadline (seconds);
+#: HL_SNIPPET_WAIT_PROBE: wait for the background probe before reporting "probed".
+SNIPPET = """
+import json, os, sys, threading
+
+seen = {}
+
+class Spy:
+    def find_spec(self, name, path=None, target=None):
+        seen.setdefault(name, threading.current_thread().name)
+        return None
+
+sys.meta_path.insert(0, Spy())
+FD = int(os.environ["HL_READY_FD"])
+
+def report(**fields):
+    os.write(FD, (json.dumps(fields) + "\\n").encode())
+
+from highlander import Highlander, Timeouts
+
+hl = Highlander(
+    app="child",
+    mode=os.environ["HL_SNIPPET_MODE"],
+    timeouts=Timeouts(hello=float(os.environ["HL_SNIPPET_HELLO"])),
+)
+hl.acquire()
+main = sorted(name for name, thread in seen.items() if thread == "MainThread")
+probe = hl._probe
+report(
+    event="ready",
+    outcome=hl.outcome.value,
+    holder=hl.holder.pid if hl.holder else None,
+    main=main,
+    probing=probe is not None and probe.is_alive(),
+)
+if os.environ.get("HL_SNIPPET_WAIT_PROBE") and probe is not None:
+    probe.join(30)
+    from highlander._host.log import flush
+
+    flush()  # os._exit skips atexit, which would write the queued log lines
+    report(event="probed")
+os._exit(0)
+"""
+
+#: Modules whose import belongs to the serving side or the signed probe, never the claim.
+EVENT_LOOP = {"asyncio", "anyio", "sniffio"}
+PROTOCOL = {"highlander._core.messages", "highlander._core.connection", "highlander._core.codec"}
+SERVING = EVENT_LOOP | PROTOCOL | {"cryptography", "structlog", "highlander._shell.incumbent"}
+
+
+def _start(kids: Children, mode: str, hello: float = 2.0, *, wait_probe: bool = False) -> Child:
+    env = {**kids.env(), "HL_SNIPPET_MODE": mode, "HL_SNIPPET_HELLO": str(hello)}
+    if wait_probe:
+        env["HL_SNIPPET_WAIT_PROBE"] = "1"
+    return kids.spawn([sys.executable, "-c", SNIPPET], env)
+
+
+def _imported(report: dict[str, Any], modules: set[str]) -> set[str]:
+    return {name for name in report["main"] if name.split(".")[0] in modules or name in modules}
+
+
+def test_free_claim_imports_no_event_loop_protocol_or_crypto(kids: Children) -> None:
+    child = _start(kids, "auto")
+    report = child.wait_for("ready")
+    assert report["outcome"] == "claimed_free"
+    assert "highlander._host.claim" in report["main"]  # the spy saw the claim itself
+    assert _imported(report, SERVING) == set()
+
+
+def test_sync_succession_runs_without_an_event_loop(kids: Children) -> None:
+    holder = kids.start()
+    holder.wait_for("ready")
+    child = _start(kids, "auto")
+    report = child.wait_for("ready")
+    assert report["outcome"] == "succeeded"
+    # The conversation itself needs the protocol and the key, but no event loop.
+    assert "highlander._core.connection" in report["main"]
+    assert _imported(report, EVENT_LOOP | {"structlog"}) == set()
+    assert holder.finish()[0] == 0
+
+
+@pytest.mark.parametrize("mode", ["observe", "warn"])
+def test_duplicate_verdict_needs_no_crypto_and_does_not_wait_for_the_holder(
+    kids: Children, mode: str
+) -> None:
+    holder = kids.start()
+    holder.wait_for("ready")
+    os.kill(holder.pid, signal.SIGSTOP)  # it cannot answer anything now
+    # A 30 s hello deadline: had the verdict waited for the probe, it could
+    # not arrive while the probe is still running.
+    report = _start(kids, mode, hello=30.0).wait_for("ready")
+    assert report["outcome"] == "duplicate"
+    assert report["holder"] == holder.pid  # checked against the kernel, stopped or not
+    assert report["probing"] is True
+    assert _imported(report, SERVING) == set()
+
+
+def test_warn_reports_a_silent_holder_from_the_background_probe(kids: Children) -> None:
+    holder = kids.start()
+    holder.wait_for("ready")
+    os.kill(holder.pid, signal.SIGSTOP)
+    child = _start(kids, "warn", hello=0.3, wait_probe=True)
+    assert child.wait_for("ready")["holder"] == holder.pid
+    child.wait_for("probed")
+    status, out, err = child.finish()
+    assert (status, out) == (0, b"")
+    assert "is not answering" in err.decode()
+    mine = [e for e in _events(kids) if e["pid"] == child.pid]
+    assert [e["event"] for e in mine] == ["detected", "duplicate", "timeout", "hung"]
+    assert mine[-1]["peer_pid"] == holder.pid
+
+
+def test_duplicate_with_an_unverifiable_record_names_no_holder(kids: Children) -> None:
+    holder = kids.start()
+    holder.wait_for("ready")
+    (state,) = kids.runtime.glob("*.state")
+    record = json.loads(state.read_text())
+    state.write_text(json.dumps({**record, "start_time": record["start_time"] + 1}))
+    report = _start(kids, "observe").wait_for("ready")
+    assert report["outcome"] == "duplicate"
+    assert report["holder"] is None  # a record the kernel contradicts is not believed
+
+
+def _events(kids: Children) -> list[dict[str, Any]]:
+    (log,) = kids.runtime.glob("*.events.jsonl")
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+#: One process holds, stops its own server, then claims again: the second claim
+#: meets a silent holder whose record names this very process.
+SILENT_SELF = """
+import json, os, threading
+from highlander import ConfigurationError, Highlander, Timeouts
+
+def report(**fields):
+    os.write(int(os.environ["HL_READY_FD"]), (json.dumps(fields) + "\\n").encode())
+
+first = Highlander(app="child", timeouts=Timeouts(hello=0.3)).acquire()
+for _ in range(500):  # the serving thread builds its Incumbent in the background
+    if first._incumbent is not None:
+        break
+    threading.Event().wait(0.01)
+first._incumbent.stop()
+first._incumbent.ended.wait(10)
+try:
+    Highlander(app="child", timeouts=Timeouts(hello=0.3)).acquire()
+    report(event="ready", outcome="claimed twice")
+except ConfigurationError as exc:
+    report(event="ready", outcome="refused", error=str(exc), holder=first.is_holder)
+"""
+
+
+def test_second_claim_in_a_process_never_signals_the_process_itself(kids: Children) -> None:
+    child = kids.spawn([sys.executable, "-c", SILENT_SELF], kids.env())
+    report = child.wait_for("ready")
+    assert report["outcome"] == "refused", report
+    assert "already holds" in report["error"]
+    assert report["holder"] is True
+    status, out, _ = child.finish()
+    assert (status, out) == (0, b"")  # not SIGTERMed by its own newcomer

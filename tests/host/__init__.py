@@ -1,0 +1,1 @@
+"""The host floor (highlander/_host) on real files, descriptors and uids, no succession."""

@@ -1,0 +1,1 @@
+"""Real holders and newcomers: succession, attacks, guards, the watchdog, the rendezvous."""

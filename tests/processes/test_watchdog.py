@@ -1,0 +1,229 @@
+"""Hung incumbents, long saves, PID reuse: the watchdog and the verified kill, for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.proctools import Children
+
+FAST = {"hello": 0.5, "stall": 0.6, "ceiling": 1.5, "exit_grace": 0.5, "term_grace": 0.5}
+
+
+@pytest.fixture
+def bystander() -> Iterator[subprocess.Popen[bytes]]:
+    """An unrelated live process whose pid the tests plant in records."""
+    proc = subprocess.Popen(["sleep", "600"])
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def _kinds(kids: Children, pid: int) -> list[str]:
+    return [e["event"] for e in kids.events() if e["pid"] == pid]
+
+
+def test_sigstopped_incumbent_gets_sigterm_then_sigkill(kids: Children) -> None:
+    first = kids.start()
+    first.wait_for("ready")
+    os.kill(first.pid, signal.SIGSTOP)
+    began = time.monotonic()
+    second = kids.start(timeouts=FAST)
+    report = second.wait_for("ready")
+    waited = time.monotonic() - began
+    assert report["outcome"] == "claimed_stale"
+    assert report["generation"] == 2
+    status, _, _ = first.finish()
+    assert status == -signal.SIGKILL  # a stopped process only dies of SIGKILL
+    kinds = _kinds(kids, second.pid)
+    assert kinds.index("hung") < kinds.index("terminated") < kinds.index("killed")
+    assert kinds.index("killed") < kinds.index("claimed")
+    signals = [e for e in kids.events() if e["event"] in ("terminated", "killed")]
+    assert [(e["signal"], e["peer_pid"]) for e in signals] == [
+        ("SIGTERM", first.pid),
+        ("SIGKILL", first.pid),
+    ]
+    # It waited out both graces before claiming (a logical bound, not a timing one).
+    assert waited >= FAST["hello"] + FAST["term_grace"]
+
+
+def test_slow_save_that_keeps_advancing_is_never_killed(kids: Children) -> None:
+    # 9 steps of 0.2 s: three times the 0.6 s stall timeout, always advancing.
+    first = kids.start(steps=9, step_delay=0.2)
+    first.wait_for("ready")
+    second = kids.start(timeouts={**FAST, "ceiling": 30.0})
+    report = second.wait_for("ready")
+    assert report["outcome"] == "succeeded"
+    assert report["handoff"]["counter"] == 1
+    assert first.finish()[0] == 0
+    assert not kids.events("terminated") and not kids.events("killed")
+    counters = [e["counter"] for e in kids.events("progress")]
+    assert counters == list(range(10))
+
+
+def test_save_that_stops_advancing_is_killed_after_the_stall_timeout(kids: Children) -> None:
+    first = kids.start(steps=2, step_delay=0.05, save="stall")
+    first.wait_for("ready")
+    second = kids.start(timeouts=FAST)
+    report = second.wait_for("ready")
+    assert report["outcome"] == "claimed_stale"
+    assert report["handoff"] is None  # the save never finished: nothing to hand over
+    assert first.finish()[0] == -signal.SIGTERM
+    hung = kids.events("hung")
+    assert [e["phase"] for e in hung] == ["stall"]
+
+
+def test_save_that_advances_forever_is_killed_at_the_ceiling(kids: Children) -> None:
+    first = kids.start(step_delay=0.1, save="forever")
+    first.wait_for("ready")
+    second = kids.start(timeouts=FAST)
+    assert second.wait_for("ready")["outcome"] == "claimed_stale"
+    assert first.finish()[0] == -signal.SIGTERM
+    assert [e["phase"] for e in kids.events("hung")] == ["ceiling"]
+    # It advanced the whole time: far more progress than one stall timeout allows.
+    assert len(kids.events("progress")) > FAST["ceiling"] / 0.1 / 2
+
+
+def test_incumbent_that_hangs_after_saved_is_killed_and_the_handoff_kept(
+    kids: Children,
+) -> None:
+    first = kids.start(hang_when_deposed=True)
+    first.wait_for("ready")
+    second = kids.start(timeouts=FAST)
+    report = second.wait_for("ready")
+    assert report["outcome"] == "succeeded"
+    assert report["handoff"]["counter"] == 1
+    assert report["generation"] == 2
+    assert first.finish()[0] == -signal.SIGTERM
+    assert [e["phase"] for e in kids.events("hung")] == ["exit"]
+
+
+def _rewrite_record(kids: Children, **fields: object) -> None:
+    (state,) = kids.runtime.glob("*.state")
+    record = json.loads(state.read_text())
+    record.update(fields)
+    state.write_text(json.dumps(record))
+
+
+def test_record_naming_a_reused_pid_with_a_stale_socket(
+    kids: Children, bystander: subprocess.Popen[bytes]
+) -> None:
+    first = kids.start()
+    first.wait_for("ready")
+    os.kill(first.pid, signal.SIGKILL)
+    first.finish()
+    _rewrite_record(kids, pid=bystander.pid, start_time=1)
+    second = kids.start(timeouts=FAST)
+    assert second.wait_for("ready")["outcome"] == "claimed_stale"
+    assert bystander.poll() is None
+    assert not kids.events("terminated")
+
+
+def test_unreachable_holder_is_verified_through_its_lock_before_any_signal(
+    kids: Children, bystander: subprocess.Popen[bytes]
+) -> None:
+    """Lock held, socket deleted by hand, record pointing at someone else: no signal."""
+    first = kids.start()
+    first.wait_for("ready")
+    os.kill(first.pid, signal.SIGSTOP)
+    for sock in kids.runtime.glob("*.sock"):
+        sock.unlink()
+    ident = (Path(f"/proc/{bystander.pid}/stat").read_bytes().rsplit(b")", 1)[1]).split()
+    _rewrite_record(kids, pid=bystander.pid, start_time=int(ident[19]), exe="/usr/bin/sleep")
+    second = kids.start(timeouts=FAST)
+    status, out, err = second.finish()
+    assert status == 1
+    assert out == b""
+    assert "never signals" in err.decode().strip().splitlines()[-1]
+    assert bystander.poll() is None
+    assert first.proc.poll() is None  # still there, stopped: nobody verified it
+    assert not kids.events("terminated")
+    assert kids.events("identity_mismatch")
+
+
+def test_unreachable_but_verified_holder_is_replaced(kids: Children) -> None:
+    """Lock held, socket deleted by hand, record intact: the holder is verified and ended."""
+    first = kids.start()
+    first.wait_for("ready")
+    os.kill(first.pid, signal.SIGSTOP)
+    for sock in kids.runtime.glob("*.sock"):
+        sock.unlink()
+    second = kids.start(timeouts=FAST)
+    report = second.wait_for("ready")
+    assert report["outcome"] == "claimed_free"
+    assert first.finish()[0] == -signal.SIGKILL
+    assert [e["peer_pid"] for e in kids.events("killed")] == [first.pid]
+
+
+def test_socket_deleted_during_the_save_does_not_lose_the_handoff(kids: Children) -> None:
+    first = kids.start(steps=5, step_delay=0.1)
+    first.wait_for("ready")
+    second = kids.start(timeouts={**FAST, "ceiling": 30.0})
+    first.wait_for("saving")
+    for sock in kids.runtime.glob("*.sock"):
+        sock.unlink()
+    report = second.wait_for("ready")
+    assert report["outcome"] == "succeeded"
+    assert report["handoff"]["counter"] == 1
+    assert first.finish()[0] == 0
+    assert list(kids.runtime.glob("*.sock")), "the successor publishes a socket again"
+    third = kids.start(timeouts=FAST)
+    assert third.wait_for("ready")["outcome"] == "succeeded"  # and it answers
+
+
+def test_newcomer_waits_out_a_handover_whose_predecessor_hangs(kids: Children) -> None:
+    first = kids.start(hang_when_deposed=True)
+    first.wait_for("ready")
+    second = kids.start(timeouts=FAST)
+    first.wait_for("deposed")
+    os.kill(first.pid, signal.SIGSTOP)
+    third = kids.start(timeouts=FAST)
+    assert second.wait_for("ready")["outcome"] == "succeeded"
+    report = third.wait_for("ready")
+    assert report["outcome"] == "succeeded"
+    assert report["generation"] == 3
+    assert first.finish()[0] == -signal.SIGKILL
+    assert second.finish()[0] == 0
+
+
+def test_a_holder_whose_connection_queue_stays_full_is_verified_and_ended(kids: Children) -> None:
+    """A connect to a full backlog fails at once and leaves an unconnected socket
+    (SO_PEERCRED: pid 0, uid -1); newcomers used to call that a foreign holder."""
+    import socket
+
+    holder = kids.start()
+    holder.wait_for("ready")
+    os.kill(holder.pid, signal.SIGSTOP)  # it accepts nothing now
+    (path,) = kids.runtime.glob("*.sock")
+    fillers: list[socket.socket] = []
+    try:
+        for _ in range(1000):  # the backlog is 128: the kernel refuses well before 1000
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.setblocking(False)
+            try:
+                sock.connect(str(path))
+            except BlockingIOError:
+                sock.close()
+                break
+            fillers.append(sock)
+        assert len(fillers) < 1000, "the connection queue never filled"
+        report = kids.start(timeouts=FAST).wait_for("ready")
+    finally:
+        for sock in fillers:
+            sock.close()
+    assert report["outcome"] == "claimed_stale"
+    assert holder.finish()[0] == -signal.SIGKILL
+    assert not kids.events("identity_mismatch")
+    assert [e["reason"] for e in kids.events("unreachable")] == ["queue full"]
+    (hung,) = kids.events("hung")
+    assert (hung["phase"], hung["peer_pid"]) == ("queue", holder.pid)
+    assert [e["reason"] for e in kids.events("killed")] == ["queue full"]

@@ -1,0 +1,192 @@
+"""Real child processes for the process-level tests: spawn, hear from, and always end them."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.support.paths import PROGRAMS
+
+CHILD = PROGRAMS / "child.py"
+TOKEN = "test-token-0123456789abcdef"
+#: Hang guard for waits on a child (not a performance assertion).
+WAIT = 30.0
+
+
+@dataclass
+class Child:
+    """One child process and the read end of its report pipe."""
+
+    proc: subprocess.Popen[bytes]
+    reports: int
+    buffer: bytes = b""
+    heard: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def next_report(self, timeout: float = WAIT) -> dict[str, Any] | None:
+        """The next report line, or None if the child closed the pipe."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"child {self.pid} sent no report in {timeout} s")
+            if not readable([self.reports], left):
+                continue
+            chunk = os.read(self.reports, 65536)
+            if not chunk:
+                return None
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        report: dict[str, Any] = json.loads(line)
+        self.heard.append(report)
+        return report
+
+    def wait_for(self, event: str, timeout: float = WAIT) -> dict[str, Any]:
+        """Skip reports until one of kind ``event``; fail if the child ends first."""
+        while True:
+            report = self.next_report(timeout)
+            if report is None:
+                raise AssertionError(f"child {self.pid} ended without {event!r}: {self.finish()}")
+            if report.get("event") == event:
+                return report
+
+    def finish(self, timeout: float = WAIT) -> tuple[int, bytes, bytes]:
+        """Wait for exit; return (status, stdout, stderr)."""
+        out, err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, out, err
+
+
+class Children:
+    """Starts children for one test and ends every one of them by pid afterwards."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.project = tmp / "project"
+        self.project.mkdir(exist_ok=True)
+        self.runtime = tmp / "rt"
+        self.witness = tmp / "witness.log"
+        self.started: list[Child] = []
+        #: Descriptors a test wants closed at the end.
+        self.keep: list[int] = []
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HIGHLANDER_", "CLAUDE_"))}
+        env.update(
+            HIGHLANDER_TOKEN=TOKEN,
+            HIGHLANDER_RUNTIME_DIR=str(self.runtime),
+            HIGHLANDER_PROJECT=str(self.project),
+        )
+        env.update(extra)
+        return env
+
+    def start(self, env: dict[str, str] | None = None, **cfg: Any) -> Child:
+        cfg.setdefault("witness", str(self.witness))
+        environment = dict(env or self.env())
+        environment["HL_CHILD"] = json.dumps(cfg)
+        return self.spawn([sys.executable, str(CHILD)], environment)
+
+    def spawn(self, argv: list[str], env: dict[str, str]) -> Child:
+        """Start ``argv`` with a report pipe (its fd in HL_READY_FD); end it at cleanup."""
+        read_end, write_end = os.pipe()
+        proc = subprocess.Popen(
+            argv,
+            env={**env, "HL_READY_FD": str(write_end)},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(write_end,),
+        )
+        os.close(write_end)
+        child = Child(proc, read_end)
+        self.started.append(child)
+        return child
+
+    def cleanup(self) -> None:
+        for fd in self.keep:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        for child in self.started:
+            if child.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired, ValueError):
+                child.proc.communicate(timeout=WAIT)
+            os.close(child.reports)
+
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        """Every event logged in this test's runtime dir (of ``kind``, if given)."""
+        lines: list[dict[str, Any]] = []
+        for path in self.runtime.glob("*.events.jsonl"):
+            lines += [json.loads(line) for line in path.read_text().splitlines()]
+        lines.sort(key=lambda e: e["ts"])
+        return [e for e in lines if kind is None or e["event"] == kind]
+
+    def reigns(self) -> list[tuple[int, int, int, int]]:
+        """Witness intervals: (pid, generation, acquire_ns, release_ns or max)."""
+        opened: dict[int, tuple[int, int]] = {}
+        intervals = []
+        for line in self.witness.read_text().splitlines():
+            what, pid, gen, at = line.split()
+            if what == "acquire":
+                opened[int(pid)] = (int(gen), int(at))
+            else:
+                gen0, start = opened.pop(int(pid))
+                intervals.append((int(pid), gen0, start, int(at)))
+        intervals += [(pid, gen, start, 2**63) for pid, (gen, start) in opened.items()]
+        return sorted(intervals, key=lambda r: r[2])
+
+
+def readable(fds: list[int], timeout: float) -> list[int]:
+    """Which of ``fds`` are readable within ``timeout`` (epoll: no ceiling on fd numbers).
+
+    ``select()`` refuses descriptors from 1024 on, which a long chaos run passes.
+    """
+    with selectors.DefaultSelector() as sel:
+        for fd in fds:
+            sel.register(fd, selectors.EVENT_READ)
+        return [key.fd for key, _ in sel.select(timeout)]
+
+
+def assert_no_overlap(reigns: list[tuple[int, int, int, int]]) -> None:
+    """At no instant did two processes both hold the project."""
+    for before, after in itertools.pairwise(reigns):
+        assert before[3] <= after[2], f"two holders at once: {before} and {after}"
+
+
+def wait_until_one_left(children: list[Child], timeout: float = 60.0) -> Child:
+    """Read every child's reports until only one still has its pipe open; return it.
+
+    A child closes its pipe only by exiting, so this waits (event-driven, on
+    the pipes) for all but one to end.
+    """
+    deadline = time.monotonic() + timeout
+    open_pipes = {child.reports: child for child in children}
+    while len(open_pipes) > 1:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"{len(open_pipes)} children still running after {timeout} s")
+        for fd in readable(list(open_pipes), left):
+            child = open_pipes[fd]
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                del open_pipes[fd]
+                continue
+            child.buffer += chunk
+            while b"\n" in child.buffer:
+                line, child.buffer = child.buffer.split(b"\n", 1)
+                child.heard.append(json.loads(line))
+    (survivor,) = open_pipes.values()
+    return survivor
