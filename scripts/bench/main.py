@@ -36,10 +36,10 @@ said otherwise:
    with ``--skip-storm``.
 
 Modules: this one is the command line, the orchestration and the output;
-``bench_cases`` (1-5), ``bench_watchdog`` (6-7), ``bench_peers`` (8),
-``bench_storm`` (9), ``bench_profile`` (``--profile``), ``bench_children`` (the
-child program and its processes), ``bench_results`` (rows and the table),
-``bench_env`` (constants, the children's environment, the machine line).
+``cases`` (1-5), ``watchdog`` (6-7), ``peers`` (8), ``storm`` (9),
+``profiling`` (``--profile``), ``children`` (the child program and its
+processes), ``results`` (rows and the table), ``env`` (constants, the
+children's environment, the machine line), all in scripts/bench/.
 
 Every child is ended by its pid (SIGKILL if still alive, then a bounded
 wait), every wait has a timeout, and the temporary directories are removed.

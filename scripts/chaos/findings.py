@@ -108,7 +108,7 @@ class Findings:
     longest_wait: tuple[float, str] = (0.0, "")
     saves: int = 0
     concurrent_saves: list[str] = field(default_factory=list)
-    #: Issue #11: passes of check_current() in two processes at once (chaos_current.py).
+    #: Issue #11: passes of check_current() in two processes at once (current.py).
     simultaneous: list[str] = field(default_factory=list)
     checks: Counter[str] = field(default_factory=Counter)
     #: Forked workers that kept the lock, a listener, is_holder or a passing check.
