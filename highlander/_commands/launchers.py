@@ -4,7 +4,7 @@ Each :class:`Form` says which options of one launcher take a value, which
 are plain flags, which change what is named, and what its operand is.  An
 option a form does not list makes the name ambiguous (it is then hashed),
 so a missing entry costs readability, never identity.  docs/mcp.md shows
-the names this gives; tests/test_command_name.py checks every form.
+the names this gives; tests/cli/test_command_name.py checks every form.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ names what it found (a :class:`Setback`), samples the clock, the holder's
 record and the kernel once (:class:`~highlander._core.patience.Look`), and asks
 :meth:`Policy.settle`, which returns one :class:`Action`.  The shell only
 executes actions; every branch here is unit-tested with a fake clock
-(``tests/test_policy.py``).
+(``tests/core/test_policy.py``).
 
 A backend's setbacks subclass these and add how to reach the holder (the
 local backend: the verified identity to signal); the policy never needs it.
