@@ -10,6 +10,7 @@ changes no behaviour) with the reason from scripts/mutate_equivalent.py.
     python scripts/mutate.py               # everything, the report on stdout
     python scripts/mutate.py --module codec
     python scripts/mutate.py --sample 30   # a fixed sample (tests/test_mutate_sample.py)
+    python scripts/mutate.py --check-equivalent   # the equivalent ones really survive
 
 The score is (killed + timeout) / (all - equivalent): a mutant that makes
 the tests hang is noticed too.  Exit status 1 if a module is below
@@ -89,14 +90,14 @@ class Result:
 
 
 def _triage(
-    mutants: list[Mutant], baseline: Baseline
+    mutants: list[Mutant], baseline: Baseline, equivalent: dict[str, str]
 ) -> tuple[list[Result], list[tuple[Mutant, tuple[str, ...]]]]:
     """The verdicts known without a run (equivalent, or no test runs the code) and the rest."""
     results: list[Result] = []
     queue: list[tuple[Mutant, tuple[str, ...]]] = []
     for mutant in mutants:
-        if mutant.key in EQUIVALENT:
-            results.append(Result(mutant, "equivalent", EQUIVALENT[mutant.key]))
+        if mutant.key in equivalent:
+            results.append(Result(mutant, "equivalent", equivalent[mutant.key]))
             continue
         tests = selected(mutant, baseline, ROOT)
         if tests:
@@ -107,10 +108,15 @@ def _triage(
 
 
 def run(
-    mutants: list[Mutant], baseline: Baseline, jobs: int, limit: float, progress: bool
+    mutants: list[Mutant],
+    baseline: Baseline,
+    jobs: int,
+    limit: float,
+    progress: bool,
+    equivalent: dict[str, str] = EQUIVALENT,
 ) -> list[Result]:
-    """Run every mutant not known equivalent, ``jobs`` at a time; return the verdicts."""
-    results, queue = _triage(mutants, baseline)
+    """Run every mutant not in ``equivalent``, ``jobs`` at a time; return the verdicts."""
+    results, queue = _triage(mutants, baseline, equivalent)
     running: dict[int, tuple[Mutant, int, float]] = {}
     done = 0
     while queue or running:
@@ -211,6 +217,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--module", action="append", help="only this module (e.g. codec)")
     parser.add_argument("--sample", type=int, help="only a fixed sample of this many mutants")
+    parser.add_argument(
+        "--check-equivalent",
+        action="store_true",
+        help="run only the mutants listed as equivalent: each must survive (exit 1 if not)",
+    )
     parser.add_argument("--seed", type=int, default=19, help="the sample's seed")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument(
@@ -231,12 +242,16 @@ def main() -> int:
         mutants = [m for m in mutants if short(m.module) in args.module]
     if args.sample:
         mutants = sample(mutants, args.sample, args.seed)
+    if args.check_equivalent:
+        mutants = [m for m in mutants if m.key in EQUIVALENT]
     baseline = coverage_map(ROOT, core_modules(), test_files(ROOT))
     if not args.sample:  # a sample's few runs could not show an order dependency anyway
         check_order(baseline, ROOT)
     # A mutant's run is at most the whole unmutated one; under load it may take longer.
     limit = args.timeout or max(30.0, 3 * baseline.seconds)
-    results = run(mutants, baseline, args.jobs, limit, progress=not args.quiet)
+    # Checking the list: its mutants run like any other, and a killed one is no equivalent.
+    listed = {} if args.check_equivalent else EQUIVALENT
+    results = run(mutants, baseline, args.jobs, limit, not args.quiet, listed)
     print(report(results, time.monotonic() - started, len(baseline.tests)))
     if args.json:
         verdicts = [
@@ -258,6 +273,10 @@ def main() -> int:
     }
     if low:
         print(f"below the floor: {low}", file=sys.stderr)
+    if args.check_equivalent:
+        wrong = [r.mutant.key for r in results if r.verdict != "survived"]
+        print(f"listed as equivalent, yet the tests notice: {wrong}" if wrong else "", end="")
+        return 1 if wrong else 0
     return 1 if low else 0
 
 

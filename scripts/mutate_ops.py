@@ -32,10 +32,12 @@ from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import CodeType
 
 Builder = Callable[[ast.AST], ast.AST]
 
@@ -170,7 +172,7 @@ def _compare_with(index: int, op: type[ast.cmpop]) -> Builder:
     return build
 
 
-def _constant(value: object) -> Builder:
+def _constant(value: str | bytes | bool | int | float) -> Builder:
     return lambda node: ast.Constant(value=value)
 
 
@@ -313,10 +315,6 @@ class _Scopes(ast.NodeVisitor):
         self._in_body = saved
 
 
-def _walk(tree: ast.AST) -> list[ast.AST]:
-    return list(ast.walk(tree))
-
-
 def find_mutants(path: Path, module: str, root: Path) -> list[Mutant]:
     """Every mutant of the module in ``path`` (``root``: where relative paths start)."""
     source = path.read_text(encoding="utf-8")
@@ -330,7 +328,7 @@ def find_mutants(path: Path, module: str, root: Path) -> list[Mutant]:
     mutants: list[Mutant] = []
     seen: dict[str, int] = {}
     relative = path.resolve().relative_to(root.resolve())
-    for number, node in enumerate(_walk(tree)):
+    for number, node in enumerate(ast.walk(tree)):
         if id(node) in skipped:
             continue
         for variant, (operator, build) in enumerate(edits(node)):
@@ -353,11 +351,8 @@ def find_mutants(path: Path, module: str, root: Path) -> list[Mutant]:
                 import_time=not scopes.runtime.get(id(node), False),
                 span=outer if outer is not None else (line, line),
             )
-            count = seen.get(mutant.key, 0) + 1
-            seen[mutant.key] = count
-            if count > 1:
-                mutant = Mutant(**{**mutant.__dict__, "occurrence": count})
-            mutants.append(mutant)
+            seen[mutant.key] = count = seen.get(mutant.key, 0) + 1
+            mutants.append(dataclasses.replace(mutant, occurrence=count))
     return mutants
 
 
@@ -375,12 +370,11 @@ def _describe(before: ast.AST, after: ast.AST, operator: str) -> tuple[str, str]
     return _shown(before), _shown(after)
 
 
-def mutated_code(mutant: Mutant, root: Path) -> object:
+def mutated_code(mutant: Mutant, root: Path) -> CodeType:
     """Compile the module with ``mutant`` applied; return the code object."""
     path = root / mutant.path
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    nodes = _walk(tree)
-    target = nodes[mutant.node]
+    target = list(ast.walk(tree))[mutant.node]
     operator, build = list(edits(target))[mutant.variant]
     assert operator == mutant.operator, (mutant, operator)
     replacement = build(target)

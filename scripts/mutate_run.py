@@ -147,7 +147,7 @@ class _Tracer:
 class _MutantFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Serves the mutated code for one module name; every other import goes on as usual."""
 
-    def __init__(self, name: str, code: object, path: Path) -> None:
+    def __init__(self, name: str, code: CodeType, path: Path) -> None:
         self.name, self.code, self.path = name, code, path
 
     def find_spec(self, fullname: str, path: object, target: object = None) -> Any:
@@ -273,15 +273,17 @@ def selected(mutant: Mutant, baseline: Baseline, root: Path) -> tuple[str, ...]:
 
 def start(mutant: Mutant | None, tests: Sequence[str], root: Path, quiet: bool = True) -> int:
     """Fork a child that runs ``tests`` (in this order) against ``mutant``; return its pid."""
-    code = mutated_code(mutant, root) if mutant is not None else None
+    finder = None
+    if mutant is not None:
+        finder = _MutantFinder(mutant.module, mutated_code(mutant, root), root / mutant.path)
     files = sorted({t.split("::")[0] for t in tests})
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         status = 3
         try:
             _child_setup(quiet)
-            if mutant is not None:
-                sys.meta_path.insert(0, _MutantFinder(mutant.module, code, root / mutant.path))
+            if finder is not None:
+                sys.meta_path.insert(0, finder)
             status = _pytest(root, [_Selector(tests)], files)
         finally:
             os._exit(status)
