@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from conftest import CORE_KEY, CORE_PROJECT_KEY, FakeClock
+from conftest import CORE_KEY, CORE_PROJECT_KEY, FakeClock, build_hello, build_save
 
 from highlander._codec import HEADER, NEED_DATA, FrameDecoder, decode_payload, encode_frame
 from highlander._connection import Closed, Connection
@@ -219,8 +219,6 @@ def test_a_fresh_connection_has_seen_no_progress(pair: ConnectionPair) -> None:
 
 
 def test_progress_zero_is_the_first_advance(pair: ConnectionPair, clock: FakeClock) -> None:
-    from conftest import build_hello, build_save
-
     pair.send(INC, build_hello(pair.incumbent.local_nonce))
     pair.send(NEW, build_save(pair.newcomer.local_nonce, pair.incumbent.local_nonce))
     clock.advance(2)
@@ -230,8 +228,6 @@ def test_progress_zero_is_the_first_advance(pair: ConnectionPair, clock: FakeClo
 
 
 def test_connection_spare_restarts_a_missed_stall(pair: ConnectionPair, clock: FakeClock) -> None:
-    from conftest import build_hello, build_save
-
     pair.send(INC, build_hello(pair.incumbent.local_nonce))
     assert pair.newcomer.spare(clock.now()) is False  # READY waits for nothing
     pair.send(NEW, build_save(pair.newcomer.local_nonce, pair.incumbent.local_nonce))
