@@ -62,8 +62,8 @@ EQUIVALENT: dict[str, str] = {
         "the constructor's _enum check then raises the same error, word for word"
     ),
     # -- state
-    "state:Event: 'sent' -> ''": _NEVER_READ,
-    "state:Event: 'received' -> ''": _NEVER_READ,
+    "state:Move: 'sent' -> ''": _NEVER_READ,
+    "state:Move: 'received' -> ''": _NEVER_READ,
     # -- values
     "values:<module>: False -> True": (
         "TYPE_CHECKING: the typing names imported under it exist at run time too"

@@ -8,7 +8,6 @@ tables users read to the code.  These tests parse the tables.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -16,9 +15,9 @@ from highlander._core.codec import DEFAULT_MAX_FRAME
 from highlander._core.deadlines import QUEUED_EVIDENCE, STARVED_CAP, Phase, Timeouts
 from highlander._core.errors import Reason
 from highlander._core.messages import MAX_HANDOFF_BYTES
-from highlander._core.state import TRANSITIONS, WAITING, Event, Role, State
+from highlander._core.state import TRANSITIONS, WAITING, Move, Role, State
+from tests.support.paths import DOCS
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
 DEFAULTS = (DOCS / "defaults.md").read_text(encoding="utf-8")
 PROTOCOL = (DOCS / "protocol.md").read_text(encoding="utf-8")
 
@@ -119,7 +118,7 @@ def test_transition_table_is_the_code(role: Role) -> None:
     )
     documented = {}
     for who, state, event, message, target in _rows(table):
-        key = (_ROLES[who], State[state], Event.SENT if event == "sends" else Event.RECEIVED)
+        key = (_ROLES[who], State[state], Move.SENT if event == "sends" else Move.RECEIVED)
         documented[(*key, message)] = State[target]
     assert {k: v for k, v in documented.items() if k[0] is role} == {
         k: v for k, v in TRANSITIONS.items() if k[0] is role
