@@ -21,7 +21,6 @@ from types import TracebackType
 
 from highlander._core.errors import Deposed, ForeignHolderError, HighlanderError
 from highlander._ending import ending
-from highlander._host.blocking import run_blocking
 from highlander._host.claim import Reign, unproven
 from highlander._host.event_log import Event, Outcome
 from highlander._host.log import flush
@@ -30,7 +29,6 @@ from highlander._host.record import HolderRecord
 from highlander._host.settings import Options, Settings, checked_timeout
 from highlander._host.threads import hold, start_daemon
 from highlander._shell import one_claim
-from highlander._shell.backend import LOCAL
 from highlander._shell.one_claim import AlreadyHoldingError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
@@ -39,7 +37,7 @@ if TYPE_CHECKING:
 
     from highlander._core.deadlines import Timeouts
     from highlander._host.waiting import Waiter
-    from highlander._shell.backend import Backend
+    from highlander._shell.seam import Backend
     from highlander._shell.incumbent import Incumbent
     from highlander._shell.saving import SaveHook
 
@@ -109,7 +107,7 @@ class Highlander:
         self.holder: HolderRecord | None = None
         self.settings: Settings | None = None
         #: Where holders meet (:mod:`highlander._shell.backend`); one machine today.
-        self._backend: Backend = LOCAL
+        self._backend: Backend | None = None
         self._reign: Reign | None = None
         self._incumbent: Incumbent | None = None
         #: Orders the serving thread's start against release() from another thread.
@@ -189,6 +187,8 @@ class Highlander:
         return self
 
     def _acquire(self, settings: Settings, timeout: float | None) -> None:
+        from highlander._host.blocking import run_blocking  # noqa: PLC0415 - at the claim
+
         reign = run_blocking(self._claim(settings, timeout, None))
         if reign is None:
             self._become_duplicate(settings)
@@ -340,7 +340,11 @@ class Highlander:
         blocking one, imported only when a holder must be talked to: most
         starts take a free project and never load the conversation's code.
         """
-        reign = self._claim_free(settings)
+        if self._backend is None:  # loaded at the claim, not at the import
+            from highlander._shell.backend import LOCAL  # noqa: PLC0415
+
+            self._backend = LOCAL
+        reign = self._claim_free(settings, self._backend)
         if reign is not None or settings.mode is not Mode.AUTO:
             return reign
         from highlander._shell.newcomer import acquire  # noqa: PLC0415 - contended only
@@ -353,10 +357,10 @@ class Highlander:
         assert isinstance(result, Reign)  # AUTO never yields a duplicate
         return result
 
-    def _claim_free(self, settings: Settings) -> Reign | None:
+    def _claim_free(self, settings: Settings, backend: Backend) -> Reign | None:
         """Claim a free project; in OBSERVE/WARN a foreign listener is only reported."""
         try:
-            return self._backend.claim(settings)
+            return backend.claim(settings)
         except ForeignHolderError:
             if settings.mode is Mode.AUTO:
                 raise
@@ -373,7 +377,7 @@ class Highlander:
         """The server of this reign; ``None`` if release() came first."""
         from highlander._shell.incumbent import Incumbent  # noqa: PLC0415 - off the claim path
 
-        assert self.settings is not None and self._reign is not None
+        assert self.settings is not None and self._reign is not None and self._backend
         with self._serving:
             if self._released:
                 return None

@@ -49,7 +49,7 @@ from highlander._shell.watch import lost_before_saved, take_back, watch_parent
 from highlander._shell.wire import Overdue, receive_event, send_message
 
 if TYPE_CHECKING:
-    from highlander._shell.backend import Backend
+    from highlander._shell.seam import Backend
 
 #: Connections served at once; more are closed on accept (each is bounded by deadlines).
 MAX_CONNECTIONS = 64

@@ -73,7 +73,7 @@ from highlander._shell.wire import Overdue, close_fds
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
-    from highlander._shell.backend import Backend
+    from highlander._shell.seam import Backend
 
 
 class Duplicate(Value):
