@@ -37,9 +37,9 @@ if TYPE_CHECKING:
 
     from highlander._core.deadlines import Timeouts
     from highlander._host.waiting import Waiter
-    from highlander._shell.seam import Backend
     from highlander._shell.incumbent import Incumbent
     from highlander._shell.saving import SaveHook
+    from highlander._shell.seam import Backend
 
 
 class Highlander:
