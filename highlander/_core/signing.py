@@ -7,18 +7,24 @@ the protocol version, the direction, both session nonces, the frame's
 sequence number and the payload bytes (layout in :func:`mac_input` and
 docs/protocol.md).  Verification is constant-time.
 
-Pure code; ``cryptography`` is imported only when a key is derived, so the
-uncontended fast path (nobody to talk to) never loads it.
+Pure code; ``cryptography`` is imported only when a key is derived or a
+frame signed, so the uncontended fast path (nobody to talk to) never loads
+it.  The MAC is cryptography's HMAC rather than the standard library's:
+a conversation loads cryptography for HKDF anyway, and the standard
+``hmac`` would load a second OpenSSL (``_hashlib``, about 2 ms) on the way
+to a succession.
 """
 
 from __future__ import annotations
 
 import enum
-import hmac
 import struct
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from highlander._core.messages import NONCE_BYTES, PROTOCOL_VERSION
+
+if TYPE_CHECKING:  # cryptography is loaded only when a key or a MAC is computed
+    from cryptography.hazmat.primitives.hmac import HMAC
 
 KEY_BYTES: Final = 32
 HKDF_INFO: Final = b"highlander/v1"
@@ -86,8 +92,7 @@ def sign(
     payload: bytes,
 ) -> bytes:
     """Return the 32-byte HMAC-SHA256 tag of a frame."""
-    data = mac_input(direction, incumbent_nonce, newcomer_nonce, seq, payload)
-    return hmac.digest(key, data, "sha256")
+    return _mac(key, mac_input(direction, incumbent_nonce, newcomer_nonce, seq, payload)).finalize()
 
 
 def verify(
@@ -100,5 +105,19 @@ def verify(
     payload: bytes,
 ) -> bool:
     """Return whether ``tag`` authenticates the frame, in constant time."""
-    expected = sign(key, direction, incumbent_nonce, newcomer_nonce, seq, payload)
-    return hmac.compare_digest(expected, tag)
+    from cryptography.exceptions import InvalidSignature  # noqa: PLC0415 - lazy by design
+
+    mac = _mac(key, mac_input(direction, incumbent_nonce, newcomer_nonce, seq, payload))
+    try:
+        mac.verify(bytes(tag))  # constant-time; cryptography's constant_time loads stdlib hmac
+    except InvalidSignature:
+        return False
+    return True
+
+
+def _mac(key: bytes, data: bytes) -> HMAC:
+    from cryptography.hazmat.primitives import hashes, hmac  # noqa: PLC0415 - lazy by design
+
+    mac = hmac.HMAC(key, hashes.SHA256())
+    mac.update(data)
+    return mac
