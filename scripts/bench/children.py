@@ -23,6 +23,7 @@ from tests.support import proctools  # the test suite's process helpers, reused 
 #: The benchmark's child program: ``holder``, ``newcomer``, ``baseline`` or ``storm``.
 #: It reports JSON lines on the pipe named by HL_BENCH_FD and never writes stdout.
 #: HL_BENCH_TIMEOUTS (JSON, optional) is passed to ``Highlander`` as ``Timeouts(**...)``.
+#: HL_BENCH_APP_IMPORTS (optional): import asyncio and anyio first, as the baseline does.
 #: ``storm`` is a holder with the library's default anti-thrash limit; if ``acquire()``
 #: raises a HighlanderError it reports ``refused`` (class, reason) and exits 1.
 CHILD_SOURCE = """\
@@ -81,11 +82,14 @@ def profile_threads():
 
 
 def main():
-    if ROLE == "baseline":
-        # The application without Highlander: asyncio and anyio are what any
-        # MCP SDK server has loaded anyway (the holder's serving loop uses them).
-        import anyio  # noqa: F401
+    if ROLE == "baseline" or os.environ.get("HL_BENCH_APP_IMPORTS"):
+        # The application: asyncio and anyio are what any MCP SDK server has
+        # loaded anyway (benchmark 4 compares a holder with the baseline, both
+        # with them loaded, so the difference is what holding adds).
+        import asyncio  # noqa: F401
 
+        import anyio  # noqa: F401
+    if ROLE == "baseline":
         report(event="ready")
         time.sleep(HOLD)
         return
