@@ -1,4 +1,4 @@
-"""Decisions as events: one structlog line on stderr and one JSON line on disk.
+"""Decisions as events: one key=value line on stderr and one JSON line on disk.
 
 Every decision Highlander takes is an :class:`Event` kind with context (pid,
 peer pid, generation, mode, duration, reason).  The per-project log
@@ -96,7 +96,7 @@ class Outcome(enum.StrEnum):
 
 
 class EventLog:
-    """Writes events for one project to stderr (structlog) and the JSON-lines file."""
+    """Writes events for one project to stderr (key=value) and the JSON-lines file."""
 
     def __init__(
         self,

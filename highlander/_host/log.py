@@ -1,19 +1,22 @@
 """Structured logs on stderr, never stdout (stdout is the MCP JSON-RPC stream).
 
-Lines are rendered by structlog on a small daemon thread, not by the caller:
-importing and configuring structlog costs tens of milliseconds, which must
-not land on a succession's critical path.  While a claim is in flight
-(:func:`highlander._host.threads.hold`) lines wait in a queue; they are written as
-soon as it ends, and :func:`flush` (called before the process leaves) writes
-whatever is left.
+Lines are rendered and written on a small daemon thread, not by the
+caller: nothing of it may land on a succession's critical path.  While a
+claim is in flight (:func:`highlander._host.threads.hold`) lines wait in a
+queue; they are written as soon as it ends, and :func:`flush` (called
+before the process leaves) writes whatever is left.
 
 Each line carries the time it was logged, not the time it was rendered
 (which may be seconds later): lines of several processes merged by
 timestamp are then in the order things happened, and an event's line on
 stderr has the same time as its record in the event log.
 
-The application's own structlog configuration is left alone: this module
-wraps its own logger instead of calling ``structlog.configure``.
+The format is structlog's ``KeyValueRenderer`` (``key=repr(value)``,
+``timestamp level event`` first), rendered here with the standard library
+(:func:`render`; the test suite checks it against structlog itself):
+importing structlog cost every idle holder 1.9 MB of resident memory, most
+of its 3 MB budget (issue #16), for what is one line of formatting.
+An application's own logging (stdlib or structlog) is left alone.
 
 Nothing here waits on stderr without bound, and nothing grows without bound
 when stderr is a pipe nobody reads (an IDE that stopped reading its server's
@@ -39,7 +42,6 @@ from highlander._host.threads import release_holds, start_daemon, wait_for_quiet
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
-    from collections.abc import MutableMapping
     from typing import Any, TypeAlias
 
     _Item: TypeAlias = tuple[float, str, str, dict[str, Any]] | threading.Event
@@ -87,18 +89,17 @@ class _Sink:
                 self.thread = start_daemon(self.run, "highlander-log")
 
     def run(self) -> None:
-        logger = get_logger()
         while True:
             item = self.queue.get()
             wait_for_quiet()  # never compete with a claim for the interpreter
             if isinstance(item, threading.Event):  # flush(): say what was dropped
                 with contextlib.suppress(Exception):
-                    self.report_dropped(logger)
+                    self.report_dropped()
                 item.set()
                 continue
             when, level, event, fields = item
             try:
-                self.write(logger, when, level, event, fields)
+                self.write(when, level, event, fields)
             except _Stalled:
                 with self.lock:
                     self.dropped += 1
@@ -108,28 +109,22 @@ class _Sink:
                 with self.lock:
                     self.pending -= 1
 
-    def write(
-        self, logger: Any, when: float, level: str, event: str, fields: dict[str, Any]
-    ) -> None:
+    def write(self, when: float, level: str, event: str, fields: dict[str, Any]) -> None:
         """Write one line, after the count of lines dropped before it, if any."""
         if self.stalled and not _takes_lines(sys.stderr, 0.0):
             raise _Stalled  # still stalled: not even worth rendering
-        self.report_dropped(logger)
-        getattr(logger, level)(event, timestamp=when, **fields)
+        self.report_dropped()
+        self.emit_line(render(when, level, event, fields))
 
-    def report_dropped(self, logger: Any) -> None:
+    def report_dropped(self) -> None:
         """Write how many lines were dropped since the last one written, if any."""
         with self.lock:
             dropped, self.dropped = self.dropped, 0
         if not dropped:
             return
+        fields = {"dropped": dropped, "reason": "stderr was not taking lines"}
         try:
-            logger.warning(
-                "log_lines_dropped",
-                timestamp=time.time(),
-                dropped=dropped,
-                reason="stderr was not taking lines",
-            )
+            self.emit_line(render(time.time(), "warning", "log_lines_dropped", fields))
         except BaseException:
             with self.lock:
                 self.dropped += dropped  # said nothing: still to be reported
@@ -180,46 +175,26 @@ def _takes_lines(stream: Any, wait: float) -> bool:
         return True  # let the write itself fail (and be ignored)
 
 
-class _StderrLines:
-    """structlog's output: each rendered line goes through :meth:`_Sink.emit_line`.
+#: Keys every line starts with, in this order; the event's own fields follow.
+_FIRST = ("timestamp", "level", "event")
 
-    One ``write`` per line (``PrintLogger`` writes the newline separately),
-    to whatever ``sys.stderr`` is now (tests and apps may replace it).
+
+def render(when: float, level: str, event: str, fields: dict[str, Any]) -> str:
+    """One line: ``timestamp level event logger`` then ``fields``, each ``key=repr(value)``.
+
+    ``when`` (seconds since the epoch) is written as ISO 8601 UTC with
+    microseconds.  Byte for byte what structlog's ``KeyValueRenderer`` with
+    that key order made of the same event, so readers of the old lines are
+    not broken.
     """
-
-    def msg(self, message: str) -> None:
-        _sink.emit_line(message)
-
-    info = warning = msg
-
-
-def _iso_timestamp(
-    _logger: Any, _method: str, event: MutableMapping[str, Any]
-) -> MutableMapping[str, Any]:
-    """Render the ``timestamp`` the line was logged at (seconds since the epoch) as ISO UTC."""
     import datetime  # noqa: PLC0415 - on the log thread, off the claim path
 
-    when = datetime.datetime.fromtimestamp(event["timestamp"], tz=datetime.UTC)
-    event["timestamp"] = when.isoformat(timespec="microseconds").replace("+00:00", "Z")
-    return event
-
-
-def get_logger() -> Any:
-    """Return a structlog logger that writes one key=value line per event to stderr.
-
-    Each call passes ``timestamp``: when the event happened, in seconds since the epoch.
-    """
-    import structlog  # noqa: PLC0415 - lazy: imported on the log thread
-
-    return structlog.wrap_logger(
-        _StderrLines(),
-        processors=[
-            structlog.processors.add_log_level,
-            _iso_timestamp,
-            structlog.processors.KeyValueRenderer(key_order=["timestamp", "level", "event"]),
-        ],
-        context_class=dict,
-    ).bind(logger="highlander")
+    stamp = datetime.datetime.fromtimestamp(when, tz=datetime.UTC)
+    iso = stamp.isoformat(timespec="microseconds").replace("+00:00", "Z")
+    rest = {"logger": "highlander", **fields}
+    pairs = [("timestamp", iso), ("level", level), ("event", event)]
+    pairs += [(key, value) for key, value in rest.items() if key not in _FIRST]
+    return " ".join(f"{key}={value!r}" for key, value in pairs)
 
 
 def log(level: str, event: str, **fields: Any) -> None:

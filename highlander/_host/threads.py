@@ -1,6 +1,6 @@
 """Background threads that stay out of a claim's way.
 
-Highlander's background work (rendering log lines with structlog, the
+Highlander's background work (rendering and writing log lines, the
 serving side's imports, the OBSERVE/WARN probe) is CPU work that holds the
 GIL.  Started during a claim, it would make the claiming thread wait up to
 the interpreter's switch interval (5 ms) every time that thread blocks, even

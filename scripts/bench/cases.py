@@ -103,7 +103,7 @@ def acquire_runs(scratch: Path, runs: int, profiler: cProfile.Profile | None = N
         return elapsed * 1000
 
     one(None)  # warm-up, untimed and unprofiled
-    # The warm-up's log lines start the log thread, which imports structlog:
+    # The warm-up's log lines start the log thread, which renders and writes them:
     # let that finish rather than compete with the timed runs.
     from highlander._host.log import flush  # noqa: PLC0415
 
