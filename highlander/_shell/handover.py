@@ -36,7 +36,6 @@ from highlander._host.identity import (
 )
 from highlander._host.record import discard_record
 from highlander._host.settings import Settings
-from highlander._host.termination import terminate
 from highlander._host.waiting import Waiter
 from highlander._shell.client import Greeting
 from highlander._shell.takeover import adopt_handover, prepare_takeover, take_over
@@ -118,6 +117,8 @@ async def _verdict(
 
 async def _end_incumbent(settings: Settings, greeting: Greeting, lock_fd: int) -> Verdict:
     """End the silent incumbent by the verified kill; or, if it resumed meanwhile, hear it again."""
+    from highlander._host.termination import terminate  # noqa: PLC0415 - rare: off the usual path
+
     events, peer, hello = settings.events, greeting.peer, greeting.hello
     target = Expected(peer.pid, hello.start_time, hello.exe, peer.uid, None, None)
     halted = is_halted(peer.pid)

@@ -58,17 +58,14 @@ from highlander._host.event_log import Event
 from highlander._host.identity import Expected, holds_lock, is_halted
 from highlander._host.modes import Mode
 from highlander._host.settings import Settings
-from highlander._host.termination import wait_for_exit
 from highlander._host.waiting import Waiter
 from highlander._shell.backend import LOCAL
 from highlander._shell.client import Greeting, Mismatch, QueueFull, Silent, greet
 from highlander._shell.handover import conclude
 from highlander._shell.live import SaveEcho
-from highlander._shell.observe import record_target
 from highlander._shell.one_claim import claimed_twice
 from highlander._shell.save_request import refusal_error, request_save
 from highlander._shell.time_limit import OutOfTime, TimeLimit, check, out_of_time, unlimited
-from highlander._shell.unreachable import blocked_error, end_unreachable_holder
 from highlander._shell.wire import Overdue, close_fds
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
@@ -151,6 +148,10 @@ async def _execute(
             await waiter.sleep(decision.pause)  # a working holder: look again soon
         await waiter.sleep(decision.delay)
     elif isinstance(decision, AwaitExit):
+        # Loaded here, like what ends or waits out a holder below: a plain
+        # succession needs none of it (issue #16: nothing on its path it does not use).
+        from highlander._host.termination import wait_for_exit  # noqa: PLC0415
+
         await wait_for_exit(decision.pid, decision.within, waiter)
     elif isinstance(decision, Signal):
         assert isinstance(found, _Missed | _Fresh | _Starved)
@@ -159,6 +160,8 @@ async def _execute(
         why = f"missed {decision.phase}"
         await backend.fence(found.target, settings, why, unlimited(waiter), halted=decision.halted)
     elif isinstance(decision, EndUnreachable):
+        from highlander._shell.unreachable import end_unreachable_holder  # noqa: PLC0415
+
         await end_unreachable_holder(
             settings, waiter, queue_full=decision.queue_full, seen=decision.seen
         )
@@ -182,6 +185,8 @@ def _give_up(settings: Settings, found: Setback, look: Look) -> HighlanderError:
             "Highlander will not signal it; run `highlander status`"
         )
     assert look.blocker is not None, found  # the policy gives up on nothing else
+    from highlander._shell.unreachable import blocked_error  # noqa: PLC0415 - see _execute
+
     return blocked_error(settings, look.blocker)
 
 
@@ -216,6 +221,8 @@ def _silent(settings: Settings, greeting: Silent, connected_ms: int, backend: Ba
     """Connected, but no HELLO: decide from the holder's record, never from a guess."""
     if greeting.closed:
         return Changed()
+    from highlander._shell.observe import record_target  # noqa: PLC0415 - see _execute
+
     record = backend.holder(settings)
     target = record_target(settings, record)
     if target is None or record is None:

@@ -68,6 +68,14 @@ EVENT_LOOP = {"asyncio", "anyio", "sniffio"}
 PROTOCOL = {"highlander._core.messages", "highlander._core.connection", "highlander._core.codec"}
 #: The standard library's OpenSSL binding, and what loads it (about 2 ms).
 STDLIB_OPENSSL = {"hashlib", "hmac", "_hashlib"}
+#: What a newcomer loads only when an attempt failed (a kill, a wait, an unreachable holder).
+SETBACK_ONLY = {
+    "signal",
+    "highlander._host.termination",
+    "highlander._shell.observe",
+    "highlander._shell.unreachable",
+    "highlander._shell.watch",
+}
 SERVING = EVENT_LOOP | PROTOCOL | {"cryptography", "structlog", "highlander._shell.incumbent"}
 
 
@@ -101,6 +109,8 @@ def test_sync_succession_runs_without_an_event_loop(kids: Children) -> None:
     assert "highlander._core.connection" in report["main"]
     assert "cryptography" in report["main"]
     assert _imported(report, EVENT_LOOP | {"structlog"} | STDLIB_OPENSSL) == set()
+    # Nor what only a setback needs: waiting out, ending or judging a holder.
+    assert _imported(report, SETBACK_ONLY) == set()
     assert holder.finish()[0] == 0
 
 
