@@ -61,6 +61,20 @@ EQUIVALENT: dict[str, str] = {
     "messages:Message.from_fields: raise LocalProtocolError(f'{cls.TYPE} field {name!r} must be one of {… -> pass": (
         "the constructor's _enum check then raises the same error, word for word"
     ),
+    # -- patience
+    **{
+        f"patience:Patience.__init__: {before} -> {after}": (
+            "every read follows _look, which sets count and cpu while since is None, as it is "
+            "until the first look"
+        )
+        for before, after in (("0", "1"), ("0.0", "1.0"))
+    },
+    # -- policy
+    **{
+        f"policy:Why: '{value}' -> ''": _NEVER_READ
+        + " (the shell's error comes from the setback, not from GiveUp.why)"
+        for value in ("impostor", "silent", "blocked", "exhausted")
+    },
     # -- state
     "state:Move: 'sent' -> ''": _NEVER_READ,
     "state:Move: 'received' -> ''": _NEVER_READ,
