@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from highlander._host.waiting import Runtime
+
 _HELD = "another process holds it now"
 #: What ``check_current()`` says once a reign ended other than by a successor.
 _ENDINGS = {
@@ -30,14 +32,14 @@ def ending(outcome: Outcome | None) -> str:
     return _ENDINGS.get(outcome, _HELD) if outcome is not None else _HELD
 
 
-async def run_deposed_hook(hook: Callable[[], Any] | None) -> None:
+async def run_deposed_hook(runtime: Runtime, hook: Callable[[], Any] | None) -> None:
     """Run the application's ``on_deposed`` (by :mod:`highlander._shell.hooks`), or leave."""
     from highlander._shell.hooks import call_hook  # noqa: PLC0415 - off the claim path
 
     if hook is None:
         leave_process()
     else:
-        await call_hook(hook)
+        await call_hook(runtime, hook)
 
 
 def leave_process() -> None:

@@ -13,9 +13,10 @@ Who owns what at each step::
     N sends ACK_SUCCESSION        I (+ N copy)   I (+ N copy)  I's (+ N's staged)
     -- I accepts the ACK in time: COMMIT ------------------------------------------
     I closes its copies           N              N             I's           N (handoff)
-    I runs on_deposed, closes     N              N             I's           N
+    I ends the stream             N              N             I's           N
     N sees the end of stream,     N              N: listen()   N's           N
       checks the kernel, installs
+    I runs on_deposed, exits      N              N             N's           N
 
 ``I`` is the incumbent, ``N`` the newcomer.  Until the commit, N never uses
 its copies: it does not ``listen()`` on the listener (which would put its
@@ -37,10 +38,12 @@ and from the kernel (:func:`newcomer_decides`):
   gone, or no longer has the lock file open, the project is ours (COMMIT,
   with the handoff: nobody else has the state).  Otherwise it is alive and
   kept its copies, so it did not commit (ABORT);
-* nothing within the exit deadline: the incumbent is hung, before its
-  decision or after it (in ``on_deposed``: it owes its exit within
-  ``exit_grace``).  Either way it is ended by the verified kill
-  (END_INCUMBENT), after which the project is ours.
+* nothing within the exit deadline: the incumbent is hung (or stopped),
+  before its decision or after it but before it ended the stream.  Either
+  way it is ended by the verified kill (END_INCUMBENT), after which the
+  project is ours.  A committed incumbent ends the stream before its
+  ``on_deposed`` runs; the successor then sees to its exit within
+  ``exit_grace`` off the critical path (:mod:`highlander._shell.predecessor`).
 
 A committed incumbent always closes its copies of the lock and listener
 *before* the newcomer can see the end of stream, so "alive and still has

@@ -54,6 +54,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
     from typing import Any
 
+    from highlander._host.identity import Expected
     from highlander._host.listener import Listener
     from highlander._host.rendezvous import ProjectPaths
 
@@ -208,6 +209,9 @@ class Reign(Value):
     record: HolderRecord
     handoff: dict[str, Any] | None
     outcome: Outcome
+    #: After a succession: the deposed holder, whose exit the new reign sees to
+    #: (:mod:`highlander._shell.predecessor`).
+    predecessor: Expected | None = None
 
 
 def unproven(reign: Reign, paths: ProjectPaths, generation: int) -> str | None:

@@ -73,6 +73,12 @@ class LocalBackend:
 
         await keep_watch(incumbent)
 
+    async def see_out(self, incumbent: Incumbent, predecessor: Expected) -> None:
+        """See :meth:`Backend.see_out`: its exit on a pidfd; past ``exit_grace``, :meth:`fence`."""
+        from highlander._shell.predecessor import see_out  # noqa: PLC0415 - after a succession
+
+        await see_out(incumbent, predecessor)
+
 
 #: The backend every claim uses today.
 LOCAL: Backend = LocalBackend()

@@ -100,7 +100,7 @@ async def conclude(
         listener,
         staged,
         handoff=saved.handoff,
-        predecessor=peer.pid,
+        predecessor=_target(greeting),
         duration_ms=lambda: _ms(started, waiter),
     )
 
@@ -119,8 +119,8 @@ async def _end_incumbent(settings: Settings, greeting: Greeting, lock_fd: int) -
     """End the silent incumbent by the verified kill; or, if it resumed meanwhile, hear it again."""
     from highlander._host.termination import terminate  # noqa: PLC0415 - rare: off the usual path
 
-    events, peer, hello = settings.events, greeting.peer, greeting.hello
-    target = Expected(peer.pid, hello.start_time, hello.exe, peer.uid, None, None)
+    events, peer = settings.events, greeting.peer
+    target = _target(greeting)
     halted = is_halted(peer.pid)
     events.emit(Event.HUNG, peer_pid=peer.pid, phase=Phase.EXIT.value)
     waiter = greeting.waiter
@@ -133,6 +133,12 @@ async def _end_incumbent(settings: Settings, greeting: Greeting, lock_fd: int) -
         await terminate(target, settings.timeouts, events, "missed exit", waiter)
         return Verdict.COMMIT
     return verdict
+
+
+def _target(greeting: Greeting) -> Expected:
+    """The incumbent as its verified HELLO and the kernel named it: what a fence may end."""
+    peer, hello = greeting.peer, greeting.hello
+    return Expected(peer.pid, hello.start_time, hello.exe, peer.uid, None, None)
 
 
 def _still_ours(settings: Settings, lock_fd: int) -> bool:

@@ -1,7 +1,8 @@
 """The holder's side: serve newcomers, save on request, hand over and step down.
 
-Runs on its own event loop (a background thread for the sync API, the
-caller's task group for the async one), so the application's work never
+Runs on a :class:`~highlander._host.waiting.Runtime`: for the sync API a
+:class:`~highlander._host.loop.SelectorLoop` on a background thread, for
+the async one the caller's anyio loop; so the application's work never
 delays an answer.  Every connection is checked (same uid, signed frames,
 deadlines) before it can ask for anything; one succession runs at a time,
 and other newcomers get BUSY meanwhile.
@@ -16,10 +17,6 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
-
-import anyio
-import anyio.from_thread
-import anyio.lowlevel
 
 from highlander._core.connection import Connection
 from highlander._core.errors import ProtocolError, Reason, SignatureError, UnsafeSecretError
@@ -40,19 +37,25 @@ from highlander._host.event_log import Event, Outcome
 from highlander._host.identity import PeerCredentials, own_identity, peer_credentials
 from highlander._host.listener import Listener
 from highlander._host.settings import Settings
-from highlander._host.waiting import ANYIO
+from highlander._host.tasks import Closed
 from highlander._shell.admission import other_app, policy
 from highlander._shell.backend import LOCAL
 from highlander._shell.saving import SaveFlight, SaveHook, describe_failure
-from highlander._shell.serving_guard import ServingFailed, ServingGuard, describe, step_down
+from highlander._shell.serving_guard import (
+    ServingFailed,
+    ServingGuard,
+    Slot,
+    describe,
+    step_down,
+)
 from highlander._shell.watch import lost_before_saved, take_back, watch_parent
 from highlander._shell.wire import Overdue, receive_event, send_message
 
 if TYPE_CHECKING:
+    from highlander._host.identity import Expected
+    from highlander._host.waiting import Flag, Runtime, TaskGroup
     from highlander._shell.seam import Backend
 
-#: Connections served at once; more are closed on accept (each is bounded by deadlines).
-MAX_CONNECTIONS = 64
 #: REFUSED ``late``: the ACK deadline passed and this holder keeps the project.
 LATE = "the ACK_SUCCESSION came after the incumbent's deadline; it keeps the project"
 
@@ -66,7 +69,7 @@ class Incumbent:
         reign: Reign,
         *,
         on_save: SaveHook | None,
-        on_deposed: Callable[[Outcome], Awaitable[None]],
+        on_deposed: Callable[[Outcome, Runtime], Awaitable[None]],
         backend: Backend = LOCAL,
     ) -> None:
         self.settings = settings
@@ -80,47 +83,71 @@ class Incumbent:
         self.handed_over = False
         self._successor: PeerCredentials | None = None
         self._successor_start = 0
-        #: Open conversations, oldest first: scope -> whether its request arrived.
-        self._slots: dict[anyio.CancelScope, bool] = {}
-        self._evicted = 0
-        self._last_overload = float("-inf")
-        self._guard = ServingGuard(settings.events, self._evict_idle)
-        self._stop: anyio.Event | None = None
+        #: The deposed predecessor, until it has left (:mod:`highlander._shell.predecessor`).
+        self._leaving: Expected | None = None
+        #: What serving runs on; set by :meth:`serve`.
+        self.runtime: Runtime = None  # type: ignore[assignment]
+        self._guard: ServingGuard = None  # type: ignore[assignment]
+        self._stop: Flag | None = None
         self._stop_requested = threading.Event()
-        self._loop_token: Any = None
-        self._loop_thread = 0
-        self._tg: anyio.abc.TaskGroup | None = None
+        self._tg: TaskGroup | None = None
+        #: An error that ended a serving task: the holder steps down with it.
+        self._crash: BaseException | None = None
         #: What keeps the socket path from being published again, if anything (_watch).
         self.blocked: str | None = None
         self._flight: SaveFlight | None = None
 
-    async def serve(self, parent: int | None = None) -> Outcome:
-        """Serve until the reign ends; return how it ended.
+    async def serve(self, runtime: Runtime, parent: int | None = None) -> Outcome:
+        """Serve on ``runtime`` until the reign ends; return how it ended.
 
         With ``parent``, the reign also ends when that process (the client
         that started us) exits: an orphaned server must not outlive its IDE.
         If serving cannot go on, the holder steps down instead of living on
         deaf (:mod:`highlander._shell.serving_guard`): this never raises an error.
         """
-        self._loop_token = anyio.lowlevel.current_token()
-        self._loop_thread = threading.get_ident()
-        self._stop = anyio.Event()
+        self.runtime = runtime
+        self._guard = ServingGuard(self.settings.events, runtime)
+        stop = self._stop = runtime.flag()
         try:
             if self._stop_requested.is_set():  # released before we got going
                 return self.outcome or Outcome.RELEASED
-            async with anyio.create_task_group() as tg:
+            async with runtime.group() as tg:
                 self._tg = tg
-                tg.start_soon(self._accept_loop, tg)
-                tg.start_soon(self.backend.watch, self)
+                tg.spawn(self._guarded, self._accept_loop)
+                tg.spawn(self._guarded, self.backend.watch, self)
                 if parent is not None:
-                    tg.start_soon(watch_parent, self, parent)
-                await self._stop.wait()
-                tg.cancel_scope.cancel()
+                    tg.spawn(self._guarded, watch_parent, self, parent)
+                predecessor = self.reign.predecessor
+                if predecessor is not None and predecessor.pid != os.getpid():
+                    tg.spawn(self._see_out, predecessor)
+                if self._stop_requested.is_set():  # stop() came before the flag existed
+                    stop.set()
+                await stop.wait()
+                tg.cancel()
+            if self._crash is not None:
+                await step_down(self, describe(self._crash))
         except Exception as exc:  # whatever it was, a deaf holder is worse
             await step_down(self, describe(exc))
         finally:
             self.ended.set()
         return self.outcome or Outcome.RELEASED
+
+    async def _guarded(self, fn: Callable[..., Awaitable[object]], *args: Any) -> None:
+        """Run one serving task; an error in it ends the serving (and so the reign)."""
+        try:
+            await fn(*args)
+        except Exception as exc:
+            if self._crash is None:
+                self._crash = exc
+            self.stop()
+
+    async def _see_out(self, predecessor: Expected) -> None:
+        """See the deposed predecessor leave; until it has, this succession is not over (BUSY)."""
+        self._leaving = predecessor
+        try:
+            await self.backend.see_out(self, predecessor)
+        finally:
+            self._leaving = None
 
     def stop(self) -> None:
         """Stop serving; callable from any thread, before or while :meth:`serve` runs."""
@@ -130,22 +157,31 @@ class Incumbent:
             # Not started (it checks the request first thing), or over: its loop
             # may be finishing, and a call into it now would wait forever.
             return
-        if threading.get_ident() == self._loop_thread:
-            stop.set()
-            return
-        # The loop may already be gone (RunFinishedError): nothing left to stop.
-        with contextlib.suppress(Exception):
-            anyio.from_thread.run_sync(stop.set, token=self._loop_token)
+        stop.set()
 
-    async def _accept_loop(self, tg: anyio.abc.TaskGroup) -> None:
-        while True:
+    async def deposed(self, outcome: Outcome) -> None:
+        """Run the ``on_deposed`` callback of this reign (its hook, on this runtime)."""
+        await self.on_deposed(outcome, self.runtime)
+
+    def close_listener(self, *, unlink: bool) -> None:
+        """Close the listener, waking the accept loop first (a closed descriptor wakes nobody)."""
+        listener = self.reign.listener
+        if self.runtime is not None:
+            with contextlib.suppress(Exception):
+                self.runtime.notify_closing(listener.sock)
+        listener.close(unlink=unlink)
+
+    async def _accept_loop(self) -> None:
+        tg = self._tg
+        assert tg is not None
+        while self.outcome is None:
             listener = self.reign.listener.sock
             try:
-                await anyio.wait_readable(listener)
-            except anyio.ClosedResourceError:
+                await self.runtime.readable(listener)
+            except Closed:
                 continue  # replaced: its path was taken and published anew (_watch)
-            if listener is not self.reign.listener.sock:
-                continue  # replaced after it woke us, before we ran: accept on the new one
+            if listener is not self.reign.listener.sock or self.outcome is not None:
+                continue  # replaced after it woke us, before we ran, or the reign is over
             try:
                 sock, _ = listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -155,45 +191,20 @@ class Incumbent:
                 continue
             self._guard.accepted()
             sock.setblocking(False)
-            if len(self._slots) >= MAX_CONNECTIONS and not self._evict_idle():
+            slot = self._guard.open_slot()
+            if slot is None:
                 sock.close()
                 continue
-            scope = anyio.CancelScope()
-            self._slots[scope] = False
-            tg.start_soon(self._serve_connection, sock, scope)
+            slot.task = tg.spawn(self._guarded, self._serve_connection, sock, slot)
 
     def replace_listener(self, listener: Listener) -> None:
         """Serve on ``listener`` from now on (on the loop's thread: the old one's waiters wake)."""
         old = self.reign.listener
         self.reign = self.reign._replace(listener=listener)
-        anyio.notify_closing(old.sock)
+        self.runtime.notify_closing(old.sock)
         old.close(unlink=False)
 
-    def _evict_idle(self) -> bool:
-        """Make room by dropping the oldest connection that has not made its request.
-
-        Idle connections cannot crowd out a real newcomer, which sends its
-        request within milliseconds of HELLO.  Logged at most once a second.
-        """
-        victim = next((scope for scope, engaged in self._slots.items() if not engaged), None)
-        if victim is None:
-            return False
-        victim.cancel()
-        del self._slots[victim]
-        self._evicted += 1
-        now = ANYIO.now()
-        if now - self._last_overload >= 1.0:
-            self.settings.events.emit(
-                Event.OVERLOAD, evicted=self._evicted, reason="idle connections evicted"
-            )
-            self._last_overload, self._evicted = now, 0
-        return True
-
-    async def _serve_connection(self, sock: socket.socket, scope: anyio.CancelScope) -> None:
-        with scope:
-            await self._serve_connection_in(sock, scope)
-
-    async def _serve_connection_in(self, sock: socket.socket, scope: anyio.CancelScope) -> None:
+    async def _serve_connection(self, sock: socket.socket, slot: Slot) -> None:
         peer: PeerCredentials | None = None
         events = self.settings.events
         try:
@@ -201,7 +212,7 @@ class Incumbent:
             if peer.uid != os.geteuid():
                 events.emit(Event.AUTH_FAILED, peer_pid=peer.pid, reason=f"peer uid {peer.uid}")
                 return
-            await self._converse(sock, peer, scope)
+            await self._converse(sock, peer, slot)
         except SignatureError as exc:
             events.emit(Event.AUTH_FAILED, peer_pid=_pid(peer), reason=str(exc))
         except ProtocolError as exc:
@@ -218,18 +229,16 @@ class Incumbent:
             if self.outcome is not None:
                 self.stop()  # the reign ended on the way (a hook failed after it): stop serving
         finally:
-            self._slots.pop(scope, None)
+            self._guard.close_slot(slot)
             sock.close()
 
-    async def _converse(
-        self, sock: socket.socket, peer: PeerCredentials, scope: anyio.CancelScope
-    ) -> None:
+    async def _converse(self, sock: socket.socket, peer: PeerCredentials, slot: Slot) -> None:
         me, record = own_identity(), self.reign.record
         conn = Connection(
             Role.INCUMBENT,
             key=self.settings.key(),
             nonce=os.urandom(16),
-            now=anyio.current_time(),
+            now=self.runtime.now(),
             timeouts=self.settings.timeouts,
         )
         hello = Hello(
@@ -241,10 +250,9 @@ class Incumbent:
             since_ms=record.since_ms,
             nonce=conn.local_nonce.hex(),
         )
-        await send_message(sock, conn, hello, ANYIO)
-        request = await receive_event(sock, conn, ANYIO)
-        if scope in self._slots:
-            self._slots[scope] = True  # a real request: no longer evictable
+        await send_message(sock, conn, hello, self.runtime)
+        request = await receive_event(sock, conn, self.runtime)
+        self._guard.engaged(slot)  # a real request: no longer evictable
         if isinstance(request, Status):
             reply = StatusReply(
                 app=self.settings.app,
@@ -255,14 +263,12 @@ class Incumbent:
                 busy=self._successor is not None,
             )
             # Not logged: a read-only query leaves no trace (a monitor may ask every second).
-            await send_message(sock, conn, reply, ANYIO)
+            await send_message(sock, conn, reply, self.runtime)
         elif isinstance(request, Save):
             await self._answer_save(sock, conn, request, peer)
 
-    async def _refuse(
-        self, sock: socket.socket, conn: Connection, reason: Reason, why: str
-    ) -> None:
-        await send_message(sock, conn, Refused(reason, why[:1024]), ANYIO)
+    async def _refuse(self, sock: socket.socket, conn: Connection, why: Reason, say: str) -> None:
+        await send_message(sock, conn, Refused(why, say[:1024]), self.runtime)
 
     async def _answer_save(
         self, sock: socket.socket, conn: Connection, save: Save, peer: PeerCredentials
@@ -271,8 +277,15 @@ class Incumbent:
         refusal = other_app(self.settings, save)
         if refusal is None and self._successor is not None:
             busy = Busy(pid=self._successor.pid, start_time=self._successor_start)
-            await send_message(sock, conn, busy, ANYIO)
+            await send_message(sock, conn, busy, self.runtime)
             events.emit(Event.BUSY, peer_pid=peer.pid, successor_pid=self._successor.pid)
+            return
+        leaving = self._leaving
+        if refusal is None and leaving is not None:
+            # Our own succession ends when our predecessor has left (or been ended).
+            busy = Busy(pid=leaving.pid, start_time=leaving.start_time)
+            await send_message(sock, conn, busy, self.runtime)
+            events.emit(Event.BUSY, peer_pid=peer.pid, predecessor_pid=leaving.pid)
             return
         history = self.reign.record.successions_ms
         refusal = refusal or policy(self.settings, save, history, now_ms)
@@ -292,7 +305,7 @@ class Incumbent:
     async def _hand_over(
         self, sock: socket.socket, conn: Connection, save: Save, peer: PeerCredentials
     ) -> None:
-        events, started = self.settings.events, ANYIO.now()
+        events, started = self.settings.events, self.runtime.now()
         events.emit(Event.SAVE_REQUESTED, peer_pid=peer.pid, intent=save.intent)
         try:
             handoff = await self._save().follow(sock, conn)
@@ -307,17 +320,17 @@ class Incumbent:
         succeed = save.intent is Intent.SUCCEED
         fds = [self.reign.lock.fd, self.reign.listener.sock.fileno()] if succeed else []
         self.handed_over = bool(fds)
-        await send_message(sock, conn, saved, ANYIO, fds)
+        await send_message(sock, conn, saved, self.runtime, fds)
         events.emit(
             Event.SAVED,
             peer_pid=peer.pid,
             generation=saved.generation,
-            duration_ms=_ms_since(started),
+            duration_ms=self._ms_since(started),
         )
         # The commit point (highlander._core.commit): only a timely ACK_SUCCESSION
         # gives the project away; whatever else ends this wait, we keep it.
         try:
-            ack = await receive_event(sock, conn, ANYIO)
+            ack = await receive_event(sock, conn, self.runtime)
         except Overdue:
             self.handed_over = False
             # An ACK that crosses this is void: say so, so the newcomer lets go at once.
@@ -339,7 +352,11 @@ class Incumbent:
             self.handed_over = False
             events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="ack", reason="successor left")
             return
-        await self._step_down(Outcome.DEPOSED if succeed else Outcome.STOPPED, peer, started)
+        outcome = Outcome.DEPOSED if succeed else Outcome.STOPPED
+        await self._step_down(sock, outcome, peer, started)
+
+    def _ms_since(self, started: float) -> int:
+        return int((self.runtime.now() - started) * 1000)
 
     def _save(self) -> SaveFlight:
         """The running save, or a new one: never two at once.
@@ -350,17 +367,19 @@ class Incumbent:
         flight = self._flight
         if flight is None or not flight.running:
             assert self._tg is not None
-            flight = self._flight = SaveFlight(self.on_save)
+            flight = self._flight = SaveFlight(self.on_save, self.runtime)
             flight.start(self._tg)
         return flight
 
-    async def _step_down(self, outcome: Outcome, peer: PeerCredentials, started: float) -> None:
+    async def _step_down(
+        self, sock: socket.socket, outcome: Outcome, peer: PeerCredentials, started: float
+    ) -> None:
         self.outcome = outcome
         events = self.settings.events
-        events.emit(Event.ACKED, peer_pid=peer.pid, duration_ms=_ms_since(started))
+        events.emit(Event.ACKED, peer_pid=peer.pid, duration_ms=self._ms_since(started))
         # A successor has its own copies of the lock and listener: closing ours
         # frees nothing.  After a plain stop nobody does, so the socket goes too.
-        self.reign.listener.close(unlink=outcome is Outcome.STOPPED)
+        self.close_listener(unlink=outcome is Outcome.STOPPED)
         self.reign.lock.release()
         events.emit(
             Event.RELINQUISHED,
@@ -368,13 +387,14 @@ class Incumbent:
             outcome=outcome,
             generation=self.reign.record.generation,
         )
-        await self.on_deposed(outcome)
+        # The end of the stream is the commit's answer: with our lock file closed
+        # (the kernel shows it), the successor may begin now, not after our
+        # on_deposed and our exit (highlander._core.commit).
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        await self.deposed(outcome)
         self.stop()
 
 
 def _pid(peer: PeerCredentials | None) -> int | None:
     return peer.pid if peer is not None else None
-
-
-def _ms_since(started: float) -> int:
-    return int((ANYIO.now() - started) * 1000)

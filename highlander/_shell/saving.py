@@ -19,26 +19,22 @@ once per run (``save_hook_failed``).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
-import threading
+import sys
 from collections.abc import Callable
-from typing import Any
-
-import anyio
-import anyio.abc
-import anyio.from_thread
-import anyio.lowlevel
+from typing import TYPE_CHECKING, Any
 
 from highlander._core.connection import Connection
 from highlander._core.errors import ProtocolError
 from highlander._core.messages import ProgressReport
 from highlander._host.log import log
-from highlander._host.waiting import ANYIO
 from highlander._shell.hooks import call_hook
 from highlander._shell.progress import Progress
 from highlander._shell.wire import send_message
+
+if TYPE_CHECKING:
+    from highlander._host.waiting import Flag, Runtime, TaskGroup
 
 SaveHook = Callable[[Progress], Any]
 
@@ -46,29 +42,28 @@ SaveHook = Callable[[Progress], Any]
 class SaveFlight:
     """One run of the save hook, followed by whichever conversation asks for it."""
 
-    def __init__(self, hook: SaveHook | None) -> None:
+    def __init__(self, hook: SaveHook | None, runtime: Runtime) -> None:
         self.hook = hook
-        self._token = anyio.lowlevel.current_token()
-        self._loop_thread = threading.get_ident()
+        self.runtime = runtime
         self.progress = Progress(self._notify)
-        self.finished = anyio.Event()
+        self.finished = runtime.flag()
         self.handoff: dict[str, Any] | None = None
         #: The hook's exception (or the reason its result is unusable), if it failed.
         self.error: BaseException | None = None
-        self._wakes: list[anyio.Event] = []
+        self._wakes: list[Flag] = []
 
     @property
     def running(self) -> bool:
         """Whether the hook has not returned yet."""
         return not self.finished.is_set()
 
-    def start(self, tg: anyio.abc.TaskGroup) -> None:
-        """Run the hook in ``tg`` (the holder's, so no conversation's end cancels it)."""
-        tg.start_soon(self._fly)
+    def start(self, group: TaskGroup) -> None:
+        """Run the hook in ``group`` (the holder's, so no conversation's end cancels it)."""
+        group.spawn(self._fly)
 
     async def _fly(self) -> None:
         try:
-            value = await _call_hook(self.hook, self.progress)
+            value = await _call_hook(self.runtime, self.hook, self.progress)
             if value is not None and not isinstance(value, dict):
                 raise TypeError(f"on_save must return a dict or None, not {type(value).__name__}")
             self.handoff = value
@@ -85,15 +80,12 @@ class SaveFlight:
             self._wake_all()
 
     def _notify(self) -> None:
-        if threading.get_ident() == self._loop_thread:
-            self._wake_all()
-        else:
-            # RuntimeError: the loop is gone; the save outlived its holder.
-            with contextlib.suppress(RuntimeError):
-                anyio.from_thread.run_sync(self._wake_all, token=self._token)
+        # From the hook's thread as a rule: a flag may be set from any thread,
+        # and one set after its loop ended wakes nobody (the save outlived its holder).
+        self._wake_all()
 
     def _wake_all(self) -> None:
-        for wake in self._wakes:
+        for wake in list(self._wakes):
             wake.set()
 
     async def follow(self, sock: socket.socket, conn: Connection) -> dict[str, Any] | None:
@@ -101,16 +93,17 @@ class SaveFlight:
 
         Raises the hook's exception if it failed.
         """
-        await send_message(sock, conn, ProgressReport(counter=0, note="saving"), ANYIO)
+        runtime = self.runtime
+        await send_message(sock, conn, ProgressReport(counter=0, note="saving"), runtime)
         sent = 0
         while True:
-            wake = anyio.Event()
+            wake = runtime.flag()
             self._wakes.append(wake)
             try:
                 state = self.progress.state
                 if state.counter > sent:
                     step = ProgressReport(state.counter, state.done, state.total, state.note)
-                    await send_message(sock, conn, step, ANYIO)
+                    await send_message(sock, conn, step, runtime)
                     sent = state.counter
                     continue
                 if not self.running:
@@ -171,8 +164,12 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _plumbing(filename: str) -> bool:
     """Whether a frame is Highlander's or anyio's, between the holder and the hook."""
-    return filename.startswith((_PACKAGE, os.path.dirname(anyio.__file__)))
+    anyio = sys.modules.get("anyio")  # the async API's holder runs on it; the sync one does not
+    where = os.path.dirname(anyio.__file__ or _PACKAGE) if anyio is not None else _PACKAGE
+    return filename.startswith((_PACKAGE, where))
 
 
-async def _call_hook(hook: SaveHook | None, progress: Progress) -> Any:
-    return None if hook is None else await call_hook(hook, progress, abandon_on_cancel=True)
+async def _call_hook(runtime: Runtime, hook: SaveHook | None, progress: Progress) -> Any:
+    if hook is None:
+        return None
+    return await call_hook(runtime, hook, progress, abandon_on_cancel=True)

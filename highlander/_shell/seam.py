@@ -88,3 +88,9 @@ class Backend(Protocol):
 
     async def watch(self, incumbent: Incumbent) -> None:
         """Watch the claim for the whole reign; end the reign when it is lost."""
+
+    async def see_out(self, incumbent: Incumbent, predecessor: Expected) -> None:
+        """After a succession: see that the deposed ``predecessor`` leaves (fence it if not).
+
+        Off the successor's critical path: the handover committed already.
+        """

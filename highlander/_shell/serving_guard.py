@@ -28,15 +28,16 @@ instead of killing a deaf holder.
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable
 from typing import TYPE_CHECKING
-
-import anyio
 
 from highlander._host.event_log import Event, EventLog, Outcome
 
 if TYPE_CHECKING:
+    from highlander._host.waiting import Cancellable, Waiter
     from highlander._shell.incumbent import Incumbent
+
+#: Connections served at once; more are closed on accept (each is bounded by deadlines).
+MAX_CONNECTIONS = 64
 
 #: accept() errors that mean "not now": out of descriptors or kernel memory.
 RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
@@ -73,13 +74,64 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-class ServingGuard:
-    """Per-holder state of the serving loop's error handling: the back-off in progress."""
+class Slot:
+    """One open conversation, as the guard counts them (to evict the idle ones)."""
 
-    def __init__(self, events: EventLog, evict_idle: Callable[[], bool]) -> None:
+    __slots__ = ("task",)
+
+    def __init__(self) -> None:
+        self.task: Cancellable | None = None
+
+
+class ServingGuard:
+    """Per-holder state of the serving loop's error handling: open conversations, back-off."""
+
+    def __init__(self, events: EventLog, waiter: Waiter) -> None:
         self.events = events
-        self.evict_idle = evict_idle
+        self.waiter = waiter
         self.delay = 0.0
+        #: Open conversations, oldest first: slot -> whether its request arrived.
+        self._slots: dict[Slot, bool] = {}
+        self._evicted = 0
+        self._last_overload = float("-inf")
+
+    def open_slot(self) -> Slot | None:
+        """Room for one more conversation (evicting an idle one if need be); ``None``: full."""
+        if len(self._slots) >= MAX_CONNECTIONS and not self.evict_idle():
+            return None
+        slot = Slot()
+        self._slots[slot] = False
+        return slot
+
+    def engaged(self, slot: Slot) -> None:
+        """The conversation made its request: it is no longer evictable."""
+        if slot in self._slots:
+            self._slots[slot] = True
+
+    def close_slot(self, slot: Slot) -> None:
+        """The conversation ended."""
+        self._slots.pop(slot, None)
+
+    def evict_idle(self) -> bool:
+        """Make room by dropping the oldest connection that has not made its request.
+
+        Idle connections cannot crowd out a real newcomer, which sends its
+        request within milliseconds of HELLO.  Logged at most once a second.
+        """
+        victim = next((slot for slot, engaged in self._slots.items() if not engaged), None)
+        if victim is None:
+            return False
+        if victim.task is not None:
+            victim.task.cancel()
+        del self._slots[victim]
+        self._evicted += 1
+        now = self.waiter.now()
+        if now - self._last_overload >= 1.0:
+            self.events.emit(
+                Event.OVERLOAD, evicted=self._evicted, reason="idle connections evicted"
+            )
+            self._last_overload, self._evicted = now, 0
+        return True
 
     async def accept_failed(self, exc: OSError) -> None:
         """Handle a failed ``accept()``: back off, skip, or raise :class:`ServingFailed`."""
@@ -93,7 +145,7 @@ class ServingGuard:
         evicted = self.evict_idle()
         # The pause lets the evicted connection close before the event is
         # written: appending to the event log needs a descriptor too.
-        await anyio.sleep(self.delay)
+        await self.waiter.sleep(self.delay)
         if first:
             name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
             self.events.emit(
@@ -132,10 +184,10 @@ async def step_down(
     events, reign = incumbent.settings.events, incumbent.reign
     events.emit(event, reason=reason, generation=reign.record.generation)
     # During a handover a successor shares the listener: its path stays.
-    reign.listener.close(unlink=not incumbent.handed_over)
+    incumbent.close_listener(unlink=not incumbent.handed_over)
     reign.lock.release()
     events.emit(Event.RELINQUISHED, outcome=outcome, generation=reign.record.generation)
     try:
-        await incumbent.on_deposed(outcome)
+        await incumbent.deposed(outcome)
     finally:
         incumbent.stop()

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from highlander._host.identity import Expected
     from highlander._host.listener import Listener
 
 
@@ -74,12 +75,13 @@ def take_over(
     staged: Staged,
     *,
     handoff: dict[str, Any] | None,
-    predecessor: int,
+    predecessor: Expected,
     duration_ms: Callable[[], int],
 ) -> Reign:
     """Begin the reign the handover committed to us: take the listener, install the record.
 
-    ``duration_ms`` reads how long the handover has taken (on the newcomer's clock).
+    ``duration_ms`` reads how long the handover has taken (on the newcomer's clock);
+    ``predecessor`` is the deposed holder, whose exit the new reign sees to.
     """
     listener.own()
     if listener.file_id is None or listener.file_id != current_file_id(settings.paths.socket):
@@ -112,8 +114,8 @@ def take_over(
         Event.CLAIMED,
         outcome=Outcome.SUCCEEDED,
         generation=record.generation,
-        peer_pid=predecessor,
+        peer_pid=predecessor.pid,
         duration_ms=duration_ms(),
         **({"reason": problem} if problem else {}),
     )
-    return Reign(lock, listener, record, handoff, Outcome.SUCCEEDED)
+    return Reign(lock, listener, record, handoff, Outcome.SUCCEEDED, predecessor)

@@ -111,9 +111,10 @@ class Watch:
         self.fd = -1
         try:
             import ctypes  # noqa: PLC0415 - only a serving holder watches
-            import ctypes.util  # noqa: PLC0415
 
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            # The process's own symbols, libc's among them: ctypes.util.find_library
+            # would import tempfile, shutil, bz2, lzma and random (0.8 MB) to look.
+            libc = ctypes.CDLL(None, use_errno=True)
             fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
             if fd < 0:
                 return
@@ -152,11 +153,9 @@ async def keep_watch(incumbent: Incumbent) -> None:
     shared ``flock`` on the directory itself, which tells ``systemd-tmpfiles``
     to leave it alone.
     """
-    import anyio  # noqa: PLC0415 - the serving thread has it loaded already
-
     from highlander._shell.serving_guard import step_down  # noqa: PLC0415 - it imports us
 
-    paths = incumbent.settings.paths
+    paths, runtime = incumbent.settings.paths, incumbent.runtime
     lock = fd_id(incumbent.reign.lock.fd)
     directory, dir_fd = _hold_directory(paths.runtime_dir)
     watch = Watch(paths.runtime_dir)
@@ -176,11 +175,10 @@ async def keep_watch(incumbent: Incumbent) -> None:
                 # A missed event costs 30 s at most; with a handover out, look
                 # again soon anyway (a lost lock waits for the handover's end).
                 wait = 0.05 if incumbent.handed_over else POLL_INTERVAL * 30
-                with anyio.move_on_after(wait):
-                    await anyio.wait_readable(watch.fd)
+                await runtime.readable(watch.fd, wait)
                 watch.drain()
             else:
-                await anyio.sleep(POLL_INTERVAL)
+                await runtime.sleep(POLL_INTERVAL)
     finally:
         watch.close()
         if dir_fd >= 0:
@@ -272,8 +270,6 @@ async def take_back(incumbent: Incumbent) -> None:
     move needs finds a live listener, refuses to claim and lets go; if it
     keeps the lock anyway, the holder steps down.
     """
-    import anyio  # noqa: PLC0415 - the serving thread has it loaded already
-
     from highlander._host.claim import ProjectLock  # noqa: PLC0415
     from highlander._host.listener import Listener  # noqa: PLC0415
     from highlander._shell.serving_guard import ServingFailed  # noqa: PLC0415
@@ -293,7 +289,7 @@ async def take_back(incumbent: Incumbent) -> None:
     for _ in range(TAKE_BACK_TRIES):
         if lock is not None:
             break
-        await anyio.sleep(0.01)
+        await incumbent.runtime.sleep(0.01)
         lock = ProjectLock.try_acquire(paths.lock)
     if lock is None:
         raise ServingFailed("another process took the lock while this holder moved it")
@@ -306,19 +302,18 @@ async def watch_parent(incumbent: Incumbent, parent: int) -> None:
     An orphaned server must not outlive its IDE.  A pidfd wakes us; without
     one, we poll.
     """
-    import anyio  # noqa: PLC0415 - the serving thread has it loaded already
-
+    runtime = incumbent.runtime
     try:
         fd = os.pidfd_open(parent)
     except ProcessLookupError:
         fd = -1
     except OSError:  # no pidfd here (old kernel, no descriptors left): watch by polling
         while os.getppid() == parent:
-            await anyio.sleep(1.0)
+            await runtime.sleep(1.0)
         fd = -1
     try:
         if fd >= 0 and os.getppid() == parent:
-            await anyio.wait_readable(fd)  # readable once the parent has exited
+            await runtime.readable(fd)  # readable once the parent has exited
     finally:
         if fd >= 0:
             os.close(fd)
@@ -329,7 +324,7 @@ async def watch_parent(incumbent: Incumbent, parent: int) -> None:
     incumbent.settings.events.emit(
         Event.ORPHANED, peer_pid=parent, generation=reign.record.generation
     )
-    reign.listener.close(unlink=True)
+    incumbent.close_listener(unlink=True)
     reign.lock.release()
-    await incumbent.on_deposed(Outcome.ORPHANED)
+    await incumbent.deposed(Outcome.ORPHANED)
     incumbent.stop()

@@ -193,3 +193,41 @@ def test_second_claim_in_a_process_never_signals_the_process_itself(kids: Childr
     assert report["holder"] is True
     status, out, _ = child.finish()
     assert (status, out) == (0, b"")  # not SIGTERMed by its own newcomer
+
+
+#: A sync holder that reports, from its save hook and its on_deposed, which
+#: event-loop modules its process has loaded.
+LOOPLESS_HOLDER = """
+import json, os, sys
+from highlander import Highlander
+
+def report(**fields):
+    os.write(int(os.environ["HL_READY_FD"]), (json.dumps(fields) + "\\n").encode())
+
+def loops():
+    return sorted(m for m in sys.modules if m.split(".")[0] in {"asyncio", "anyio", "sniffio"})
+
+def save(progress):
+    progress.advance("one step")
+    report(event="saving", loops=loops())
+    return {"from": os.getpid()}
+
+def deposed():
+    report(event="deposed", loops=loops())
+    os._exit(0)
+
+Highlander(app="child", on_save=save, on_deposed=deposed).acquire()
+report(event="ready")
+threading = __import__("threading")
+threading.Event().wait(60)
+"""
+
+
+def test_a_sync_holder_serves_a_succession_without_an_event_loop(kids: Children) -> None:
+    holder = kids.spawn([sys.executable, "-c", LOOPLESS_HOLDER], kids.env())
+    holder.wait_for("ready")
+    newcomer = kids.start()
+    assert newcomer.wait_for("ready")["outcome"] == "succeeded"
+    assert holder.wait_for("saving")["loops"] == []
+    assert holder.wait_for("deposed")["loops"] == []
+    assert holder.finish()[0] == 0

@@ -41,7 +41,7 @@ from highlander._core.messages import Hello, StatusReply
 from highlander._core.signing import derive_key
 from highlander._core.state import Role
 from highlander._host.rendezvous import project_key
-from highlander._shell.incumbent import MAX_CONNECTIONS
+from highlander._shell.serving_guard import MAX_CONNECTIONS
 from tests.support.attacktools import (
     FAKE_INCUMBENT,
     HANG,

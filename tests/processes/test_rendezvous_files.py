@@ -24,7 +24,7 @@ import pytest
 from highlander import Deposed, Highlander
 from highlander._host import log as _log
 from highlander._host.rendezvous import ProjectPaths, names_key, project_paths
-from tests.support.proctools import WAIT, Child, Children
+from tests.support.proctools import WAIT, Child, Children, wipe
 from tests.support.proctools_extra import OTHER_UID, Extras, last_stderr_line
 
 APP = "child"  # the test child's default app name
@@ -358,7 +358,7 @@ def test_check_current_fails_when_the_runtime_dir_was_wiped(tmp_path: Path) -> N
     hl = _holder(tmp_path)
     try:
         assert hl.settings is not None
-        shutil.rmtree(hl.settings.paths.runtime_dir)
+        wipe(hl.settings.paths.runtime_dir)
         with pytest.raises(Deposed):
             hl.check_current()
     finally:

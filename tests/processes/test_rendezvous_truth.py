@@ -21,7 +21,7 @@ import pytest
 
 from highlander._host.record import GENERATION_MAX, read_record
 from highlander._host.rendezvous import project_key
-from tests.support.proctools import Child, Children
+from tests.support.proctools import Child, Children, wipe
 
 #: Hang guard (never a performance bound).
 SETTLE = 30.0
@@ -124,7 +124,7 @@ def _steps_down(child: Child) -> str:
 def test_a_holder_whose_rendezvous_is_taken_steps_down(kids: Children, how: str) -> None:
     first = _holder(kids)
     if how == "wipe":
-        shutil.rmtree(kids.runtime)
+        wipe(kids.runtime)
     else:
         for pattern in ("*.lock", "*.sock") if how == "lock_and_socket" else ("*.lock",):
             for path in kids.runtime.glob(pattern):

@@ -250,6 +250,10 @@ def options() -> dict[str, Any]:
             report(event="deposed", why=why_deposed())
             if cfg.get("hang_when_deposed"):
                 time.sleep(3600)
+            gate = cfg.get("linger_until")  # a file: on_deposed lingers until it exists
+            deadline = time.monotonic() + 60  # a hang guard
+            while gate and not os.path.exists(gate) and time.monotonic() < deadline:
+                time.sleep(0.01)
             os._exit(0)
 
         opts["on_deposed"] = deposed

@@ -190,3 +190,23 @@ def wait_until_one_left(children: list[Child], timeout: float = 60.0) -> Child:
                 child.heard.append(json.loads(line))
     (survivor,) = open_pipes.values()
     return survivor
+
+
+def wipe(path: str | os.PathLike[str]) -> None:
+    """Remove a runtime directory as a /tmp cleaner would, while a holder may live in it.
+
+    A live holder republishes its socket the moment it sees it deleted, so
+    one pass can find the directory no longer empty; a cleaner goes on until
+    it is gone (bounded: a hang guard).
+    """
+    import shutil
+
+    deadline = time.monotonic() + WAIT
+    while os.path.lexists(path):
+        try:
+            shutil.rmtree(path)
+        except FileNotFoundError:
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
