@@ -16,6 +16,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from types import TracebackType
 
@@ -33,6 +34,7 @@ from highlander._shell.one_claim import AlreadyHoldingError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
+    import socket
     from typing import Any
 
     from highlander._core.deadlines import Timeouts
@@ -349,13 +351,16 @@ class Highlander:
         reign = self._claim_free(settings, self._backend)
         if reign is not None or settings.mode is not Mode.AUTO:
             return reign
+        # Dial the holder before loading the conversation's code: it accepts and
+        # derives its key while we import ours (the newcomer's first attempt).
+        first = _dial(settings, self._backend)
         from highlander._shell.newcomer import acquire  # noqa: PLC0415 - contended only
 
         if waiter is None:
             from highlander._host.waiting import BLOCKING  # noqa: PLC0415
 
             waiter = BLOCKING
-        result = await acquire(settings, waiter, timeout, self._backend)
+        result = await acquire(settings, waiter, timeout, self._backend, first=first)
         assert isinstance(result, Reign)  # AUTO never yields a duplicate
         return result
 
@@ -403,3 +408,16 @@ class Highlander:
         incumbent.stop()
         if self._thread is not None and self._thread is not threading.current_thread():
             incumbent.ended.wait(timeout=5.0)
+
+
+def _dial(settings: Settings, backend: Backend) -> tuple[socket.socket, int] | None:
+    """A conversation with the holder opened early, and when (wall ms, before the connect).
+
+    ``None``: the first attempt opens its own and says what is wrong, if anything.
+    """
+    when = int(time.time() * 1000)
+    try:
+        sock = backend.open(settings)
+    except Exception:  # the attempt opens again and says what is wrong
+        return None
+    return None if sock is None else (sock, when)

@@ -8,6 +8,7 @@ tests/README.md says why and which folder holds what.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -149,3 +150,15 @@ def extras(kids: Children) -> Iterator[Extras]:
         yield more
     finally:
         more.cleanup()
+
+
+@pytest.fixture
+def full_socket() -> Iterator[tuple[socket.socket, socket.socket]]:
+    """A connected pair whose first end cannot take one more byte (its peer has read nothing)."""
+    left, right = socket.socketpair()
+    with left, right:
+        left.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            while True:
+                left.send(b"x" * 65536)
+        yield left, right

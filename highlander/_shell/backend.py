@@ -53,7 +53,7 @@ class LocalBackend:
 
     def open(self, settings: Settings) -> socket.socket | None:
         """See :meth:`Backend.open`: a non-blocking connect to the project's socket."""
-        from highlander._shell.client import connect  # noqa: PLC0415
+        from highlander._shell.dial import connect  # noqa: PLC0415
 
         return connect(settings.paths.socket)
 

@@ -9,7 +9,6 @@ process behind the socket; its app must be ours, name for name.
 
 from __future__ import annotations
 
-import errno
 import os
 import socket
 from typing import Any
@@ -34,7 +33,10 @@ from highlander._host.event_log import Event
 from highlander._host.identity import PeerCredentials, peer_credentials, process_identity, run_state
 from highlander._host.settings import Settings
 from highlander._host.waiting import Waiter
-from highlander._shell.wire import Overdue, receive_event, unix_socket
+from highlander._shell.dial import QueueFull, connect
+from highlander._shell.wire import Overdue, receive_event
+
+__all__ = ["Greeting", "Mismatch", "QueueFull", "Silent", "connect", "greet", "probe"]
 
 
 class Greeting(Value):
@@ -63,31 +65,6 @@ class Silent(Value):
 
 class Mismatch(Impostor):
     """HELLO contradicts the kernel (``pid`` per the kernel); ``problem`` says how."""
-
-
-class QueueFull(Exception):  # noqa: N818 - a condition the callers turn into their own answer
-    """The holder's queue of pending connections is full: it is not accepting now."""
-
-
-def connect(path: str) -> socket.socket | None:
-    """Connect to the socket at ``path``; ``None`` if nobody listens there.
-
-    Raises :class:`QueueFull` when the listener's backlog is full: a
-    non-blocking connect to a Unix socket then fails at once (``EAGAIN``)
-    and the socket stays unconnected; its ``SO_PEERCRED`` would name pid 0.
-    """
-    sock = unix_socket()
-    try:
-        sock.connect(path)
-    except BlockingIOError:
-        sock.close()
-        raise QueueFull(path) from None
-    except OSError as exc:
-        sock.close()
-        if exc.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK):
-            return None
-        raise
-    return sock
 
 
 def check_uid(settings: Settings, peer: PeerCredentials) -> None:

@@ -70,6 +70,8 @@ from highlander._shell.wire import Overdue, close_fds
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
+    import socket
+
     from highlander._shell.seam import Backend
 
 
@@ -92,7 +94,12 @@ class _Starved(Starved):
 
 
 async def acquire(
-    settings: Settings, waiter: Waiter, timeout: float | None = None, backend: Backend = LOCAL
+    settings: Settings,
+    waiter: Waiter,
+    timeout: float | None = None,
+    backend: Backend = LOCAL,
+    *,
+    first: tuple[socket.socket, int] | None = None,
 ) -> Reign | Duplicate:
     """Hold the project (or learn that we run as a duplicate); see the module docstring.
 
@@ -100,17 +107,25 @@ async def acquire(
     with :func:`~highlander._host.waiting.run_blocking`), ``ANYIO`` for the async one.
     ``timeout`` bounds the whole wait (:mod:`highlander._shell.time_limit`); when it
     runs out, :class:`AcquireTimeoutError`.  ``backend``: where holders meet
-    (:mod:`highlander._shell.backend`).
+    (:mod:`highlander._shell.backend`).  ``first``: a conversation the caller
+    opened already (``backend.open``) and when (wall ms), for the first attempt.
     """
-    if timeout is None:
-        return await _acquire(settings, waiter, backend)
     try:
-        return await _acquire(settings, TimeLimit(waiter, waiter.now() + timeout), backend)
+        if timeout is None:
+            return await _acquire(settings, waiter, backend, first)
+        limited = TimeLimit(waiter, waiter.now() + timeout)
+        return await _acquire(settings, limited, backend, first)
     except OutOfTime:
+        assert timeout is not None
         raise out_of_time(settings, timeout) from None
+    finally:
+        if first is not None:
+            first[0].close()  # unused (the project came free), or closed by its attempt already
 
 
-async def _acquire(settings: Settings, waiter: Waiter, backend: Backend) -> Reign | Duplicate:
+async def _acquire(
+    settings: Settings, waiter: Waiter, backend: Backend, first: tuple[socket.socket, int] | None
+) -> Reign | Duplicate:
     policy = Policy(settings.timeouts)
     while isinstance(policy.next_attempt(), Claim):
         check(waiter)
@@ -119,7 +134,8 @@ async def _acquire(settings: Settings, waiter: Waiter, backend: Backend) -> Reig
             return reign
         if settings.mode is not Mode.AUTO:
             return Duplicate()
-        found = await _attempt(settings, waiter, backend)
+        found = await _attempt(settings, waiter, backend, first)
+        first = None
         if isinstance(found, Reign):
             return found
         look = backend.look(settings, waiter.now())
@@ -190,12 +206,21 @@ def _give_up(settings: Settings, found: Setback, look: Look) -> HighlanderError:
     return blocked_error(settings, look.blocker)
 
 
-async def _attempt(settings: Settings, waiter: Waiter, backend: Backend) -> Reign | Setback:
-    connected_ms = int(time.time() * 1000)
-    try:
-        sock = backend.open(settings)
-    except QueueFull:
-        return Crowded()
+async def _attempt(
+    settings: Settings,
+    waiter: Waiter,
+    backend: Backend,
+    dialled: tuple[socket.socket, int] | None = None,
+) -> Reign | Setback:
+    if dialled is not None:
+        sock: socket.socket | None
+        sock, connected_ms = dialled
+    else:
+        connected_ms = int(time.time() * 1000)
+        try:
+            sock = backend.open(settings)
+        except QueueFull:
+            return Crowded()
     if sock is None:
         return Nobody()
     fds: list[int] = []

@@ -73,7 +73,7 @@ class Backend(Protocol):
     def open(self, settings: Settings) -> socket.socket | None:
         """A conversation with whoever serves the project; ``None`` if nobody does.
 
-        Raises :class:`~highlander._shell.client.QueueFull` when the server
+        Raises :class:`~highlander._shell.dial.QueueFull` when the server
         cannot take one more conversation now.
         """
 

@@ -20,6 +20,9 @@ from highlander._core.deadlines import Deadline
 from highlander._core.errors import RemoteProtocolError
 from highlander._core.messages import Message
 from highlander._host.waiting import Waiter
+from highlander._shell.dial import unix_socket
+
+__all__ = ["Overdue", "close_fds", "receive_event", "send_frame", "send_message", "unix_socket"]
 
 READ_SIZE = 65536
 #: How long a peer may read nothing of a frame we are sending before we give
@@ -122,10 +125,3 @@ def close_fds(fds: Sequence[int]) -> None:
     for fd in fds:
         with contextlib.suppress(OSError):
             os.close(fd)
-
-
-def unix_socket() -> socket.socket:
-    """A non-blocking, close-on-exec Unix stream socket."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    sock.setblocking(False)
-    return sock

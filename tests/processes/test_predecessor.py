@@ -3,17 +3,17 @@
 A committed incumbent ends the stream before its ``on_deposed`` runs, so the
 newcomer's ``acquire()`` returns without waiting for the deposed process's
 hook and exit; its serving side then waits for that exit (a pidfd) and ends
-a predecessor that lingers past ``exit_grace`` (``highlander._shell.predecessor``).
-Real processes throughout.
+a predecessor that lingers past ``exit_grace`` (``highlander._shell.predecessor``;
+the kill itself: ``tests/processes/test_watchdog.py``).  Real processes throughout.
 """
 
 from __future__ import annotations
 
-import signal
 import time
 from pathlib import Path
+from typing import Any
 
-from tests.support.proctools import WAIT, Children
+from tests.support.proctools import WAIT, Child, Children
 
 SLOW_EXIT = {"hello": 2.0, "exit_grace": 30.0, "term_grace": 0.5}
 FAST_EXIT = {"hello": 2.0, "stall": 0.6, "exit_grace": 0.5, "term_grace": 0.5}
@@ -30,15 +30,23 @@ def _signals(kids: Children) -> list[dict[str, object]]:
     return [e for e in kids.events() if e["event"] in ("hung", "terminated", "killed")]
 
 
-def test_the_successor_holds_while_its_predecessor_is_still_in_on_deposed(
-    kids: Children, tmp_path: Path
-) -> None:
-    gate = tmp_path / "leave"
+def _succession_with_a_lingering_predecessor(
+    kids: Children, gate: Path
+) -> tuple[Child, Child, dict[str, Any]]:
+    """A holder whose on_deposed lingers until ``gate`` exists, and its successor's report."""
     first = kids.start(linger_until=str(gate))
     first.wait_for("ready")
     second = kids.start(timeouts=SLOW_EXIT)
     report = second.wait_for("ready")
     assert report["outcome"] == "succeeded"
+    return first, second, report
+
+
+def test_the_successor_holds_while_its_predecessor_is_still_in_on_deposed(
+    kids: Children, tmp_path: Path
+) -> None:
+    gate = tmp_path / "leave"
+    first, _, report = _succession_with_a_lingering_predecessor(kids, gate)
     assert report["handoff"]["from"] == first.pid
     first.wait_for("deposed")
     # Holding, and its predecessor has not left: acquire() did not wait for it.
@@ -48,28 +56,11 @@ def test_the_successor_holds_while_its_predecessor_is_still_in_on_deposed(
     assert _signals(kids) == []  # it left within exit_grace: nobody signals it
 
 
-def test_a_predecessor_lingering_past_exit_grace_is_ended_by_its_successor(
-    kids: Children,
-) -> None:
-    first = kids.start(hang_when_deposed=True)
-    first.wait_for("ready")
-    second = kids.start(timeouts=FAST_EXIT)
-    assert second.wait_for("ready")["outcome"] == "succeeded"
-    assert first.finish()[0] == -signal.SIGTERM
-    hung = kids.events("hung")
-    assert [(e["pid"], e["peer_pid"], e["phase"]) for e in hung] == [
-        (second.pid, first.pid, "exit")
-    ]
-
-
 def test_a_newcomer_meets_busy_until_the_predecessor_has_left(
     kids: Children, tmp_path: Path
 ) -> None:
     gate = tmp_path / "leave"
-    first = kids.start(linger_until=str(gate))
-    first.wait_for("ready")
-    second = kids.start(timeouts=SLOW_EXIT)
-    assert second.wait_for("ready")["outcome"] == "succeeded"
+    first, second, _ = _succession_with_a_lingering_predecessor(kids, gate)
     third = kids.start(timeouts=FAST_EXIT)
     _wait_for_busy(kids, second.pid)  # the third asked while the first still lingered
     gate.touch()

@@ -135,7 +135,22 @@ class Children:
         return [e for e in lines if kind is None or e["event"] == kind]
 
     def reigns(self) -> list[tuple[int, int, int, int]]:
-        """Witness intervals: (pid, generation, acquire_ns, release_ns or max)."""
+        """Belief intervals: (pid, generation, acquire_ns, end_ns or max), monotonic clock.
+
+        A reign begins at its acquire line (written once ``acquire()`` has
+        returned) and ends at the earlier of its release line (the start of
+        ``on_deposed``) and its library's ``relinquished`` event: from that
+        event on, ``is_holder`` and ``check_current()`` say no, and a
+        committed holder runs ``on_deposed`` only after its successor may
+        hold.  A real overlap still shows: a ``relinquished`` after the
+        successor's acquire line.
+        """
+        # Event timestamps are wall-clock seconds; the witness lines are monotonic.
+        offset = time.time_ns() - time.monotonic_ns()
+        let_go = {
+            (e["pid"], e["generation"]): int(e["ts"] * 1e9) - offset
+            for e in reversed(self.events("relinquished"))
+        }
         opened: dict[int, tuple[int, int]] = {}
         intervals = []
         for line in self.witness.read_text().splitlines():
@@ -146,7 +161,11 @@ class Children:
                 gen0, start = opened.pop(int(pid))
                 intervals.append((int(pid), gen0, start, int(at)))
         intervals += [(pid, gen, start, 2**63) for pid, (gen, start) in opened.items()]
-        return sorted(intervals, key=lambda r: r[2])
+        ended = [
+            (pid, gen, start, min(end, let_go.get((pid, gen), end)))
+            for pid, gen, start, end in intervals
+        ]
+        return sorted(ended, key=lambda r: r[2])
 
 
 def readable(fds: list[int], timeout: float) -> list[int]:
