@@ -2,8 +2,9 @@
 
 Each start runs in a fresh interpreter whose import system records which
 thread imported what.  The claim runs in the main thread; the serving side
-(anyio, the protocol core, structlog) must be imported by other threads, after
-the claim.  These are structural checks, not timings.
+(its loop, the protocol core) must be imported by other threads, after the
+claim, and a sync holder never imports an event loop at all.  These are
+structural checks, not timings.
 """
 
 from __future__ import annotations
