@@ -33,14 +33,19 @@ def _kids(tmp_path: Path, witness: list[str], relinquished_ns: dict[int, int]) -
 MS = 1_000_000
 
 
-def test_a_release_line_after_the_successor_counts_from_relinquished(tmp_path: Path) -> None:
-    base = time.monotonic_ns()
-    # Pid 10 let go at +5 ms; pid 11 acquired at +6 ms; pid 10's on_deposed began at +9 ms.
-    witness = [
+def _pid_10_then_11(base: int) -> list[str]:
+    """Pid 10 acquires at ``base``, pid 11 at +6 ms, pid 10's on_deposed begins at +9 ms."""
+    return [
         f"acquire 10 1 {base}",
         f"acquire 11 2 {base + 6 * MS}",
         f"release 10 1 {base + 9 * MS}",
     ]
+
+
+def test_a_release_line_after_the_successor_counts_from_relinquished(tmp_path: Path) -> None:
+    base = time.monotonic_ns()
+    # Pid 10's library let go at +5 ms, before pid 11 acquired.
+    witness = _pid_10_then_11(base)
     kids = _kids(tmp_path, witness, {10: base + 5 * MS})
     reigns = kids.reigns()
     assert reigns[0][:2] == (10, 1)
@@ -50,11 +55,7 @@ def test_a_release_line_after_the_successor_counts_from_relinquished(tmp_path: P
 
 def test_a_relinquished_after_the_successors_acquire_is_two_holders(tmp_path: Path) -> None:
     base = time.monotonic_ns()
-    witness = [
-        f"acquire 10 1 {base}",
-        f"acquire 11 2 {base + 6 * MS}",
-        f"release 10 1 {base + 9 * MS}",
-    ]
+    witness = _pid_10_then_11(base)
     kids = _kids(tmp_path, witness, {10: base + 8 * MS})
     with pytest.raises(AssertionError, match="two holders at once"):
         assert_no_overlap(kids.reigns())
@@ -62,11 +63,7 @@ def test_a_relinquished_after_the_successors_acquire_is_two_holders(tmp_path: Pa
 
 def test_without_an_event_the_release_line_ends_the_reign(tmp_path: Path) -> None:
     base = time.monotonic_ns()
-    witness = [
-        f"acquire 10 1 {base}",
-        f"acquire 11 2 {base + 6 * MS}",
-        f"release 10 1 {base + 9 * MS}",
-    ]
+    witness = _pid_10_then_11(base)
     kids = _kids(tmp_path, witness, {})
     with pytest.raises(AssertionError, match="two holders at once"):
         assert_no_overlap(kids.reigns())
