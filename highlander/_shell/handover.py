@@ -61,9 +61,7 @@ async def conclude(
     committed = False
     try:
         try:
-            staged = prepare_takeover(
-                settings, lock, generation=saved.generation, predecessor=_target(greeting)
-            )
+            staged = prepare_takeover(settings, lock, generation=saved.generation)
         except (OSError, UnsafeFileError) as exc:
             raise await _decline(settings, greeting, exc) from exc
         answer = Answer.SILENT
@@ -102,6 +100,7 @@ async def conclude(
         listener,
         staged,
         handoff=saved.handoff,
+        predecessor=_target(greeting),
         duration_ms=lambda: _ms(started, waiter),
     )
 
