@@ -236,3 +236,14 @@ def starved(before: Sample | None, after: Sample | None, limit: float) -> bool:
     if not looks_busy(before, after) or before is None or after is None:
         return False
     return after.cpu - before.cpu < limit
+
+
+def grace_again(before: Sample | None, after: Sample | None, elapsed: float, limit: float) -> bool:
+    """Whether a peer that missed its EXIT grace ``limit`` gets it once more.
+
+    ``elapsed``: wall time since its first grace began.  Yes while it was
+    :func:`starved` and less than :data:`STARVED_CAP` graces have passed:
+    the newcomer waiting for an answer to its ACK, and the successor
+    waiting for its deposed predecessor to exit, use this one rule.
+    """
+    return elapsed < STARVED_CAP * limit and starved(before, after, limit)

@@ -21,7 +21,7 @@ import os
 
 from highlander._core.commit import Answer, Verdict, newcomer_decides
 from highlander._core.connection import Closed
-from highlander._core.deadlines import STARVED_CAP, Phase, starved
+from highlander._core.deadlines import Phase, grace_again
 from highlander._core.errors import Reason, TakeoverError, UnsafeFileError
 from highlander._core.messages import AckSuccession, Refused, Saved
 from highlander._host.claim import Reign
@@ -153,8 +153,7 @@ async def _hear(settings: Settings, greeting: Greeting, answer: Answer) -> Answe
 
     An incumbent the machine keeps off the CPU cannot act on the ACK in
     ``exit_grace``; it is healthy (guarantee 8), so while the kernel shows it
-    starved (:func:`~highlander._core.deadlines.starved`) its grace restarts, up
-    to :data:`~highlander._core.deadlines.STARVED_CAP` times ``exit_grace`` in all.
+    starved its grace restarts (:func:`~highlander._core.deadlines.grace_again`).
     """
     conn, peer, waiter = greeting.conn, greeting.peer, greeting.waiter
     limit = settings.timeouts.exit_grace
@@ -165,8 +164,7 @@ async def _hear(settings: Settings, greeting: Greeting, answer: Answer) -> Answe
             break
         except Overdue:
             after = run_state(peer.pid)
-            within = waiter.now() - began < STARVED_CAP * limit
-            if not (within and starved(before, after, limit)):
+            if not grace_again(before, after, waiter.now() - began, limit):
                 return Answer.SILENT
             conn.spare(waiter.now())
             settings.events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="exit", busy=True)

@@ -163,12 +163,14 @@ class Incumbent:
         """Run the ``on_deposed`` callback of this reign (its hook, on this runtime)."""
         await self.on_deposed(outcome, self.runtime)
 
-    def close_listener(self, *, unlink: bool) -> None:
-        """Close the listener, waking the accept loop first (a closed descriptor wakes nobody)."""
-        listener = self.reign.listener
-        if self.runtime is not None:
-            with contextlib.suppress(Exception):
-                self.runtime.notify_closing(listener.sock)
+    def close_listener(self, *, unlink: bool, listener: Listener | None = None) -> None:
+        """Close the listener (or an old one), waking the accept loop first.
+
+        A descriptor closed under a wait wakes nobody, and its number may be reused.
+        """
+        listener = listener or self.reign.listener
+        if self.runtime is not None:  # serving has begun
+            self.runtime.notify_closing(listener.sock)
         listener.close(unlink=unlink)
 
     async def _accept_loop(self) -> None:
@@ -201,8 +203,7 @@ class Incumbent:
         """Serve on ``listener`` from now on (on the loop's thread: the old one's waiters wake)."""
         old = self.reign.listener
         self.reign = self.reign._replace(listener=listener)
-        self.runtime.notify_closing(old.sock)
-        old.close(unlink=False)
+        self.close_listener(unlink=False, listener=old)
 
     async def _serve_connection(self, sock: socket.socket, slot: Slot) -> None:
         peer: PeerCredentials | None = None

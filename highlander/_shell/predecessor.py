@@ -12,9 +12,8 @@ that lingers keeps its memory and open files, which is what Highlander is
 for.  So the successor's serving side waits for that exit on a pidfd (the
 kernel says when it is gone: no polling) and, past the grace, ends it by
 the backend's fence (locally the verified kill).  A deposed process that
-the machine keeps off the CPU gets its grace restarted, up to
-:data:`~highlander._core.deadlines.STARVED_CAP` times in all, as before
-the commit (:func:`highlander._shell.handover._hear`).  It holds nothing
+the machine keeps off the CPU gets its grace restarted by the rule that
+applies before the commit (:func:`~highlander._core.deadlines.grace_again`).  It holds nothing
 any more, so none of this can give the project to anyone.
 """
 
@@ -22,7 +21,7 @@ from __future__ import annotations
 
 import os
 
-from highlander._core.deadlines import STARVED_CAP, Phase, starved
+from highlander._core.deadlines import Phase, grace_again
 from highlander._core.errors import HighlanderError
 from highlander._host.event_log import Event
 from highlander._host.identity import Expected, is_halted, process_identity, run_state
@@ -71,8 +70,7 @@ async def _exits(incumbent: Incumbent, target: Expected) -> bool:
         began, before = runtime.now(), run_state(target.pid, threads=False)
         while not await runtime.readable(fd, limit):
             after = run_state(target.pid)
-            within = runtime.now() - began < STARVED_CAP * limit
-            if not (within and starved(before, after, limit)):
+            if not grace_again(before, after, runtime.now() - began, limit):
                 return False
             incumbent.settings.events.emit(
                 Event.TIMEOUT, peer_pid=target.pid, phase="exit", busy=True

@@ -20,6 +20,7 @@ from highlander._core.deadlines import (
     Sample,
     Timeouts,
     Watch,
+    grace_again,
     looks_busy,
     spared_busy,
     starved,
@@ -202,6 +203,15 @@ def test_starved_at_its_boundaries() -> None:
     assert starved(Sample("R", 3.0), Sample("R", 3.5), 1.0) is True  # a difference, not a sum
     assert starved(before, None, 0.6) is False
     assert starved(Sample("S", 1.0), Sample("S", 1.0), 0.6) is False
+
+
+def test_grace_again_while_starved_and_under_four_graces() -> None:
+    before, starving, stuck = Sample("R", 1.0), Sample("R", 1.2), Sample("S", 1.0)
+    assert grace_again(before, starving, elapsed=3.99, limit=1.0) is True
+    assert grace_again(before, starving, elapsed=4.0, limit=1.0) is False  # STARVED_CAP graces
+    assert grace_again(before, starving, elapsed=7.9, limit=2.0) is True  # the cap scales
+    assert grace_again(Sample("S", 1.0), stuck, elapsed=0.5, limit=1.0) is False  # not starved
+    assert grace_again(before, Sample("R", 2.5), elapsed=0.5, limit=1.0) is False  # used the CPU
 
 
 def test_spared_busy_at_its_boundaries() -> None:
