@@ -28,8 +28,12 @@ needs_root = pytest.mark.skipif(UID != 0, reason="needs root to act as another u
 
 
 @pytest.fixture
-def default_place(tmp_path: Path) -> Iterator[Path]:
-    """The real default place, absent before and removed after; a private HOME for the test."""
+def default_place(kids: Children, tmp_path: Path) -> Iterator[Path]:
+    """The real default place, absent before and removed after; a private HOME for the test.
+
+    The children are ended first: a live holder restores its deleted socket,
+    so removing the place under it races with the holder writing into it.
+    """
     for path in (DEFAULT, RUN_USER):
         if os.path.lexists(path):
             pytest.skip(f"{path} is in use on this machine")
@@ -38,6 +42,7 @@ def default_place(tmp_path: Path) -> Iterator[Path]:
     try:
         yield home
     finally:
+        kids.cleanup()
         for path in [DEFAULT, RUN_USER, *map(str, Path("/tmp").glob(f"highlander-{UID}-*"))]:
             if os.path.islink(path) or os.path.isfile(path):
                 os.unlink(path)

@@ -115,10 +115,13 @@ class Children:
         return child
 
     def cleanup(self) -> None:
-        for fd in self.keep:
+        """Kill and reap every child still running; safe to call twice."""
+        keep, self.keep = self.keep, []
+        started, self.started = self.started, []
+        for fd in keep:
             with contextlib.suppress(OSError):
                 os.close(fd)
-        for child in self.started:
+        for child in started:
             if child.proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(child.pid, signal.SIGKILL)
