@@ -226,7 +226,9 @@ def _signals(who: Who, events: list[dict[str, Any]], found: Findings, taken: cur
     own ``claimed`` event); or, from that successor, the deposed holder that
     acknowledged it and then missed its exit; or, after a wipe, the holder whose
     rendezvous was taken, from the newcomer it had sent SAVED to (its successor
-    ends it when it misses its exit, as it would have without the wipe)."""
+    ends it when it misses its exit, as it would have without the wipe); or, from
+    the holder of the moment, a deposed holder that acknowledged a successor
+    and outlived it (the exit its successor owed passes on with the record)."""
     gave = {
         (id(who.at_wall(e["pid"], e["ts"])), id(who.at_wall(e.get("peer_pid", -1), e["ts"])))
         for e in events
@@ -269,6 +271,10 @@ def _signals(who: Who, events: list[dict[str, Any]], found: Findings, taken: cur
             and line.deposed_by.get(id(who.at_wall(e["pid"], e["ts"]))) is target
         ):
             found.exit_kills += 1  # the successor ends its deposed predecessor (missed exit)
+        elif id(target) in line.relinquished and line.incumbent is who.at_wall(e["pid"], e["ts"]):
+            # A holder that acknowledged a successor and outlived it: the exit its
+            # successor owed passes through the record to whoever holds now.
+            found.inherited_exit_kills += 1
         elif (id(target), id(who.at_wall(e["pid"], e["ts"]))) in gave and taken.between(
             claimed_at.get(id(target)), e["ts"]
         ):
@@ -291,6 +297,8 @@ class _Succession:
         self.took_free = False
         #: successor -> the holder that acknowledged it.
         self.deposed_by: dict[int, Proc | None] = {}
+        #: Every holder that acknowledged a successor (it holds nothing from then on).
+        self.relinquished: set[int] = set()
 
     def see(self, e: dict[str, Any]) -> None:
         kind = e["event"]
@@ -299,6 +307,8 @@ class _Succession:
         acker = self.who.at_wall(e["pid"], e["ts"]) if kind == "acked" else None
         if kind == "acked" and proc is not None:
             self.deposed_by[id(proc)] = acker
+            if acker is not None:
+                self.relinquished.add(id(acker))
         if acker is not None and acker is not self.incumbent:
             # A holder whose rendezvous was taken (a wipe) finishing the handover
             # it had out: its successor takes the stale lineage, not the project.

@@ -81,6 +81,9 @@ class Findings:
     before_acquire: int = 0
     #: Signals from a successor to the predecessor that acknowledged it (missed exit).
     exit_kills: int = 0
+    #: Signals from the holder of the moment to a deposed holder whose successor
+    #: ended before it had left (the exit owed, inherited through the record).
+    inherited_exit_kills: int = 0
     unlogged_deaths: list[str] = field(default_factory=list)
     bystanders_hurt: list[str] = field(default_factory=list)
     lost_handoffs: list[str] = field(default_factory=list)

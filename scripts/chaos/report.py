@@ -133,7 +133,8 @@ class Report:
             f"  double holders (must be 0): {len(f.double_holders)}",
             "  signals to a process that was not the verified incumbent (must be 0): "
             f"{len(f.wrong_signals)} (from a successor to its deposed predecessor: "
-            f"{f.exit_kills}; to an incumbent already exiting: {f.late_signals}; to an "
+            f"{f.exit_kills}; from a later holder to a deposed one it inherited: "
+            f"{f.inherited_exit_kills}; to an incumbent already exiting: {f.late_signals}; to an "
             f"incumbent between its ACK or claim and its acquire line: {f.before_acquire}; "
             f"to a wiped holder from the newcomer it sent SAVED to: {f.stale_kills}; "
             f"SIGKILLs escalating such a fair SIGTERM: {f.escalations})",

@@ -104,3 +104,43 @@ def test_a_kill_at_the_ceiling_is_fair_only_once_the_save_ran_that_long() -> Non
     found = judge([on_time, early], events, [], [(0.0, 0)])
     assert found.fair_signals == {"its save ran past the absolute ceiling": 1}
     assert len(found.healthy_signalled) == 1 and "to pid 102" in found.healthy_signalled[0]
+
+
+def test_a_later_holder_may_end_a_deposed_holder_its_predecessor_owed_an_exit() -> None:
+    """101 acknowledged 102 and hung in ``on_deposed``; 102 was killed before 101's exit
+    grace ran out; 103 claimed and inherited the debt through the record."""
+    deposed = _proc(101, spawn=0, exit_=6 * SECOND, rc=-9, ready={"counter": 1})
+    killed = _proc(102, spawn=SECOND, exit_=3 * SECOND, rc=-9, ready={"counter": 2})
+    later = _proc(103, spawn=SECOND, exit_=9 * SECOND, rc=0, ready={"counter": 3})
+    other = _proc(104, spawn=SECOND, exit_=9 * SECOND, rc=0, ready=None)
+    acked = {"ts": 2.0, "event": "acked", "pid": 101, "peer_pid": 102}
+
+    def signals(acked_event: bool, by: int) -> Findings:
+        events: list[dict[str, Any]] = [
+            _claimed(101, 1 * SECOND, 1, "claimed_free"),
+            *([acked] if acked_event else []),
+            _claimed(102, int(2.1 * SECOND), 2, "succeeded"),
+            _claimed(103, 4 * SECOND, 3, "claimed_stale"),
+            _kill(by, deposed, 5 * SECOND),
+        ]
+        return judge([deposed, killed, later, other], events, [], [(0.0, 0)])
+
+    found = signals(acked_event=True, by=103)
+    assert found.wrong_signals == [] and found.inherited_exit_kills == 1
+    # Not before it acknowledged a successor: 101 could still be holding.
+    found = signals(acked_event=False, by=103)
+    assert found.inherited_exit_kills == 0 and len(found.wrong_signals) == 1
+    # Not from a process that does not hold the project.
+    found = signals(acked_event=True, by=104)
+    assert found.inherited_exit_kills == 0 and len(found.wrong_signals) == 1
+
+
+def _kill(by: int, target: Any, at: int) -> dict[str, Any]:
+    return {
+        "ts": at / 1e9,
+        "event": "killed",
+        "pid": by,
+        "peer_pid": target.pid,
+        "start_time": target.start_time,
+        "signal": "SIGKILL",
+    }
