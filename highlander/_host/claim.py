@@ -41,7 +41,14 @@ from highlander._core.values import Value
 from highlander._host.event_log import Event, Outcome
 from highlander._host.fencing import read_floor, store_floor
 from highlander._host.files import cannot_hold, lstat_problem, open_regular
-from highlander._host.identity import boot_id, cmdline, fd_holds_flock, own_identity
+from highlander._host.identity import (
+    Expected,
+    boot_id,
+    cmdline,
+    fd_holds_flock,
+    own_identity,
+    process_identity,
+)
 from highlander._host.record import (
     GENERATION_MAX,
     HolderRecord,
@@ -54,7 +61,6 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
     from typing import Any
 
-    from highlander._host.identity import Expected
     from highlander._host.listener import Listener
     from highlander._host.rendezvous import ProjectPaths
 
@@ -209,9 +215,9 @@ class Reign(Value):
     record: HolderRecord
     handoff: dict[str, Any] | None
     outcome: Outcome
-    #: After a succession: the deposed holder, whose exit the new reign sees to
-    #: (:mod:`highlander._shell.predecessor`).
-    predecessor: Expected | None = None
+    #: Deposed holders whose exit this reign sees to (:mod:`highlander._shell.predecessor`):
+    #: its own predecessor, and one whose successor ended before it had left.
+    predecessors: tuple[Expected, ...] = ()
 
 
 def unproven(reign: Reign, paths: ProjectPaths, generation: int) -> str | None:
@@ -268,7 +274,7 @@ def claim_free(settings: Settings) -> Reign | None:
         raise cannot_hold(exc, settings.paths.socket) from exc
     outcome = Outcome.CLAIMED_STALE if stale else Outcome.CLAIMED_FREE
     try:
-        record = publish_record(settings, lock, successor_of=None)
+        record, previous = publish_record(settings, lock, successor_of=None)
     except BaseException as exc:
         listener.close(unlink=True)  # ours: we still hold the lock
         lock.release()
@@ -280,13 +286,35 @@ def claim_free(settings: Settings) -> Reign | None:
         from highlander._host.legacy import migrate  # noqa: PLC0415 - only with legacy_lock=
 
         migrate(settings.legacy_lock, settings.events)
-    return Reign(lock, listener, record, None, outcome)
+    return Reign(lock, listener, record, None, outcome, owed_exits(previous, None))
+
+
+def owed_exits(previous: HolderRecord | None, direct: Expected | None) -> tuple[Expected, ...]:
+    """The deposed holders whose exit a new reign owes: ours, and the record's if it runs.
+
+    ``direct`` is our predecessor (``None`` after a claim).  The previous
+    record names the predecessor its reign owed an exit.  A successor sees
+    its predecessor out after the commit; should it end first (killed,
+    stepped down), the debt passes through its record to whoever holds
+    next.  Nothing here signals: the fence verifies again.
+    """
+    owed = [direct] if direct is not None else []
+    if previous is None or not previous.predecessor or previous.boot_id != boot_id():
+        return tuple(owed)
+    pid, start_time, exe, uid = previous.predecessor
+    who = process_identity(pid)
+    alive = who is not None and who.start_time == start_time and pid != os.getpid()
+    if alive and all(p.pid != pid for p in owed):
+        owed.append(Expected(pid, start_time, exe, uid, None, None))
+    return tuple(owed)
 
 
 def publish_record(
     settings: Settings, lock: ProjectLock, *, successor_of: int | None
-) -> HolderRecord:
-    """Write this process's record for a new reign (caller holds ``lock``); return it.
+) -> tuple[HolderRecord, HolderRecord | None]:
+    """Write this process's record for a new reign (caller holds ``lock``).
+
+    Returns it and the record it replaced.
 
     The generation is one more than the highest of the previous record's, the
     copy in the lock file and the predecessor's (``successor_of``), so it only
@@ -301,7 +329,7 @@ def publish_record(
     write_record(settings.paths.state, record)
     lock.store_generation(record.generation)
     store_floor(settings.floor_path, record.generation)
-    return record
+    return record, previous
 
 
 def new_record(
@@ -310,6 +338,7 @@ def new_record(
     *,
     successor_of: int | None,
     floor: int = 0,
+    predecessor: Expected | None = None,
 ) -> HolderRecord:
     """This process's record for a new reign (generation +1, succession history kept)."""
     me, now_ms = own_identity(), int(time.time() * 1000)
@@ -332,4 +361,9 @@ def new_record(
         since_ms=now_ms,
         cmdline=cmdline(me.pid),
         successions_ms=settings.thrash.recent(history, now_ms),
+        predecessor=(
+            [predecessor.pid, predecessor.start_time, predecessor.exe, predecessor.uid]
+            if predecessor is not None
+            else []
+        ),
     )

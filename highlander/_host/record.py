@@ -39,6 +39,10 @@ class HolderRecord(Value):
     since_ms: int
     cmdline: list[str]
     successions_ms: list[int]
+    #: The deposed holder this reign took over from, ``[pid, start_time, exe, uid]``
+    #: (``[]`` after a free claim): its exit is owed, and the next reign inherits
+    #: the debt if this one ends first (:func:`highlander._host.claim.owed_exits`).
+    predecessor: list[Any]
 
 
 def read_record(path: str) -> HolderRecord | None:
@@ -52,7 +56,7 @@ def read_record(path: str) -> HolderRecord | None:
         with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as handle:
             data: Any = json.loads(handle.read(1024 * 1024))
         # Records written before these fields existed lack them.
-        record = HolderRecord(**{"cmdline": [], "successions_ms": [], **data})
+        record = HolderRecord(**{"cmdline": [], "successions_ms": [], "predecessor": [], **data})
     except (OSError, ValueError, TypeError, HighlanderError):
         return None
     return record if _plausible(record) else None
@@ -81,6 +85,25 @@ def _plausible(record: HolderRecord) -> bool:
         and all(isinstance(part, str) for part in record.cmdline)
         and isinstance(record.successions_ms, list)
         and all(_is_int(at) for at in record.successions_ms)
+        and _plausible_predecessor(record.predecessor)
+    )
+
+
+def _plausible_predecessor(value: object) -> bool:
+    """``[]``, or ``[pid, start_time, exe, uid]`` with their types and ranges."""
+    if value == []:
+        return True
+    if not isinstance(value, list) or len(value) != 4:
+        return False
+    pid, start_time, exe, uid = value
+    return (
+        _is_int(pid)
+        and 1 <= pid <= PID_MAX
+        and _is_int(start_time)
+        and start_time >= 0
+        and isinstance(exe, str)
+        and _is_int(uid)
+        and uid >= 0
     )
 
 

@@ -61,7 +61,9 @@ async def conclude(
     committed = False
     try:
         try:
-            staged = prepare_takeover(settings, lock, generation=saved.generation)
+            staged = prepare_takeover(
+                settings, lock, generation=saved.generation, predecessor=_target(greeting)
+            )
         except (OSError, UnsafeFileError) as exc:
             raise await _decline(settings, greeting, exc) from exc
         answer = Answer.SILENT
@@ -100,7 +102,6 @@ async def conclude(
         listener,
         staged,
         handoff=saved.handoff,
-        predecessor=_target(greeting),
         duration_ms=lambda: _ms(started, waiter),
     )
 

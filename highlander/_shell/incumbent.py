@@ -83,8 +83,8 @@ class Incumbent:
         self.handed_over = False
         self._successor: PeerCredentials | None = None
         self._successor_start = 0
-        #: The deposed predecessor, until it has left (:mod:`highlander._shell.predecessor`).
-        self._leaving: Expected | None = None
+        #: Deposed predecessors, until they have left (:mod:`highlander._shell.predecessor`).
+        self._leaving: list[Expected] = []
         #: What serving runs on; set by :meth:`serve`.
         self.runtime: Runtime = None  # type: ignore[assignment]
         self._guard: ServingGuard = None  # type: ignore[assignment]
@@ -117,9 +117,9 @@ class Incumbent:
                 tg.spawn(self._guarded, self.backend.watch, self)
                 if parent is not None:
                     tg.spawn(self._guarded, watch_parent, self, parent)
-                predecessor = self.reign.predecessor
-                if predecessor is not None and predecessor.pid != os.getpid():
-                    tg.spawn(self._see_out, predecessor)
+                for predecessor in self.reign.predecessors:
+                    if predecessor.pid != os.getpid():
+                        tg.spawn(self._see_out, predecessor)
                 if self._stop_requested.is_set():  # stop() came before the flag existed
                     stop.set()
                 await stop.wait()
@@ -143,11 +143,11 @@ class Incumbent:
 
     async def _see_out(self, predecessor: Expected) -> None:
         """See the deposed predecessor leave; until it has, this succession is not over (BUSY)."""
-        self._leaving = predecessor
+        self._leaving.append(predecessor)
         try:
             await self.backend.see_out(self, predecessor)
         finally:
-            self._leaving = None
+            self._leaving.remove(predecessor)
 
     def stop(self) -> None:
         """Stop serving; callable from any thread, before or while :meth:`serve` runs."""
@@ -281,7 +281,7 @@ class Incumbent:
             await send_message(sock, conn, busy, self.runtime)
             events.emit(Event.BUSY, peer_pid=peer.pid, successor_pid=self._successor.pid)
             return
-        leaving = self._leaving
+        leaving = self._leaving[0] if self._leaving else None
         if refusal is None and leaving is not None:
             # Our own succession ends when our predecessor has left (or been ended).
             busy = Busy(pid=leaving.pid, start_time=leaving.start_time)

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from highlander._core.errors import HighlanderError, RemoteProtocolError, UnsafeFileError
 from highlander._core.values import Value
-from highlander._host.claim import ProjectLock, Reign, new_record
+from highlander._host.claim import ProjectLock, Reign, new_record, owed_exits
 from highlander._host.event_log import Event, Outcome
 from highlander._host.fencing import read_floor, store_floor
 from highlander._host.files import current_file_id
+from highlander._host.identity import Expected
 from highlander._host.record import HolderRecord, install_record, read_record, stage_record
 from highlander._host.settings import Settings
 
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from highlander._host.identity import Expected
     from highlander._host.listener import Listener
 
 
@@ -52,9 +52,13 @@ class Staged(Value):
     record: HolderRecord
     #: The record, written to a private file beside ``.state``, ready to rename.
     path: str
+    #: The deposed holders whose exit the new reign owes (our predecessor first).
+    owed: tuple[Expected, ...]
 
 
-def prepare_takeover(settings: Settings, lock: ProjectLock, *, generation: int) -> Staged:
+def prepare_takeover(
+    settings: Settings, lock: ProjectLock, *, generation: int, predecessor: Expected
+) -> Staged:
     """Stage the record of the reign after ``generation``: all that can fail, before the commit.
 
     Raises ``OSError`` (no space, ...) or
@@ -64,8 +68,11 @@ def prepare_takeover(settings: Settings, lock: ProjectLock, *, generation: int) 
     """
     previous = read_record(settings.paths.state)
     floor = max(lock.stored_generation(), generation, read_floor(settings.floor_path))
-    record = new_record(settings, previous, successor_of=generation, floor=floor)
-    return Staged(record, stage_record(settings.paths.state, record))
+    record = new_record(
+        settings, previous, successor_of=generation, floor=floor, predecessor=predecessor
+    )
+    owed = owed_exits(previous, predecessor)
+    return Staged(record, stage_record(settings.paths.state, record), owed)
 
 
 def take_over(
@@ -75,13 +82,11 @@ def take_over(
     staged: Staged,
     *,
     handoff: dict[str, Any] | None,
-    predecessor: Expected,
     duration_ms: Callable[[], int],
 ) -> Reign:
     """Begin the reign the handover committed to us: take the listener, install the record.
 
-    ``duration_ms`` reads how long the handover has taken (on the newcomer's clock);
-    ``predecessor`` is the deposed holder, whose exit the new reign sees to.
+    ``duration_ms`` reads how long the handover has taken (on the newcomer's clock).
     """
     listener.own()
     if listener.file_id is None or listener.file_id != current_file_id(settings.paths.socket):
@@ -114,8 +119,8 @@ def take_over(
         Event.CLAIMED,
         outcome=Outcome.SUCCEEDED,
         generation=record.generation,
-        peer_pid=predecessor.pid,
+        peer_pid=staged.owed[0].pid,
         duration_ms=duration_ms(),
         **({"reason": problem} if problem else {}),
     )
-    return Reign(lock, listener, record, handoff, Outcome.SUCCEEDED, predecessor)
+    return Reign(lock, listener, record, handoff, Outcome.SUCCEEDED, staged.owed)

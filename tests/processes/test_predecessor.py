@@ -9,6 +9,8 @@ the kill itself: ``tests/processes/test_watchdog.py``).  Real processes througho
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -72,3 +74,22 @@ def test_a_newcomer_meets_busy_until_the_predecessor_has_left(
     told = [e for e in kids.events("busy") if e["pid"] == second.pid]
     assert told and all(e["predecessor_pid"] == first.pid for e in told)
     assert _signals(kids) == []
+
+
+def test_a_debt_of_exit_passes_to_the_next_holder_when_the_successor_dies_first(
+    kids: Children,
+) -> None:
+    """The successor that owed its predecessor's exit is SIGKILLed within the grace:
+    the next holder reads the debt from the record and ends the lingering process."""
+    first = kids.start(hang_when_deposed=True)
+    first.wait_for("ready")
+    second = kids.start(timeouts=SLOW_EXIT)
+    assert second.wait_for("ready")["outcome"] == "succeeded"
+    first.wait_for("deposed")
+    os.kill(second.pid, signal.SIGKILL)
+    second.finish()
+    third = kids.start(timeouts=FAST_EXIT)
+    assert third.wait_for("ready")["outcome"] == "claimed_stale"
+    assert first.finish()[0] == -signal.SIGTERM
+    hung = [(e["pid"], e["peer_pid"], e["phase"]) for e in kids.events("hung")]
+    assert hung == [(third.pid, first.pid, "exit")]
