@@ -264,17 +264,8 @@ def _signals(who: Who, events: list[dict[str, Any]], found: Findings, taken: cur
             # It held the lock (its ACK or its claim); under load it can miss a
             # deadline before its witness line is written.
             found.before_acquire += id(target) not in acquired
-        elif target is line.previous and line.took_free:
-            found.late_signals += 1  # the successor found the lock free: the target was exiting
-        elif (
-            target is line.previous
-            and line.deposed_by.get(id(who.at_wall(e["pid"], e["ts"]))) is target
-        ):
-            found.exit_kills += 1  # the successor ends its deposed predecessor (missed exit)
-        elif id(target) in line.relinquished and line.incumbent is who.at_wall(e["pid"], e["ts"]):
-            # A holder that acknowledged a successor and outlived it: the exit its
-            # successor owed passes through the record to whoever holds now.
-            found.inherited_exit_kills += 1
+        elif (excuse := line.leaving(target, who.at_wall(e["pid"], e["ts"]))) is not None:
+            setattr(found, excuse, getattr(found, excuse) + 1)
         elif (id(target), id(who.at_wall(e["pid"], e["ts"]))) in gave and taken.between(
             claimed_at.get(id(target)), e["ts"]
         ):
@@ -299,6 +290,18 @@ class _Succession:
         self.deposed_by: dict[int, Proc | None] = {}
         #: Every holder that acknowledged a successor (it holds nothing from then on).
         self.relinquished: set[int] = set()
+
+    def leaving(self, target: Proc, signaller: Proc | None) -> str | None:
+        """The :class:`Findings` counter that excuses a signal to a holder on its way out."""
+        if target is self.previous and self.took_free:
+            return "late_signals"  # the successor found the lock free: the target was exiting
+        if target is self.previous and self.deposed_by.get(id(signaller)) is target:
+            return "exit_kills"  # the successor ends its deposed predecessor (missed exit)
+        if id(target) in self.relinquished and signaller is self.incumbent:
+            # A holder that acknowledged a successor and outlived it: the exit its
+            # successor owed passes through the record to whoever holds now.
+            return "inherited_exit_kills"
+        return None
 
     def see(self, e: dict[str, Any]) -> None:
         kind = e["event"]
