@@ -18,7 +18,10 @@
     ├── AcquireTimeoutError             acquire(timeout=) ran out (also a TimeoutError)
     ├── ForeignHolderError              the socket belongs to a process that is not ours
     ├── Deposed                         this process no longer holds the project
+    ├── EtcdError                       etcd refused a request (``code``: gRPC status)
+    │   └── EtcdUnavailableError        no etcd member answered in time
     ├── ConfigurationError              a bad option or environment variable
+    │   └── ProjectIdError              no project id that is the same on every host
     ├── UnsafeRuntimeDirError           the runtime directory could be tampered with
     │   └── UnsafeFileError             a file in it is not what Highlander keeps there
     ├── SocketPathTooLongError          no socket name fits the kernel's sun_path
@@ -116,6 +119,18 @@ class ConfigurationError(HighlanderError, ValueError):
     """Raised for an invalid option or environment variable.
 
     The message names the option, the value received and the valid values.
+    """
+
+
+class ProjectIdError(ConfigurationError):
+    """Raised when no project id can be settled, or the one given is invalid.
+
+    A backend shared between hosts (etcd, issue #15) needs a key that is the
+    same on every host, where the project's path may differ.  The message says
+    why (no repository, no or several remotes, a local-path remote, an id
+    that is empty, too long or not printable) and the fix: set
+    ``HIGHLANDER_PROJECT_ID`` (the same on every host) or pass
+    ``project_id=``, or run inside a git repository with an ``origin`` remote.
     """
 
 
@@ -294,4 +309,27 @@ class Deposed(HighlanderError):  # noqa: N818 - the name users catch
 
     A successor took over (or the project was released).  Do not write shared
     state any more: finish up and exit.
+    """
+
+
+class EtcdError(HighlanderError):
+    """Raised when the etcd cluster refused one of Highlander's requests.
+
+    ``code`` is the gRPC status etcd gave (7: permission denied: give the
+    etcd user read and write on the key prefix, docs/etcd.md "Least
+    privilege"), ``message`` etcd's own words.
+    """
+
+    def __init__(self, message: str, code: int = 0) -> None:
+        """Keep etcd's status code beside the message."""
+        super().__init__(message)
+        self.code = code
+
+
+class EtcdUnavailableError(EtcdError):
+    """Raised when no etcd member answered within the request's time.
+
+    Every endpoint of ``HIGHLANDER_BACKEND`` was tried.  Check that they are
+    the cluster's client URLs and that a majority of its members run
+    (``etcdctl endpoint health``).
     """

@@ -46,6 +46,7 @@ TESTS: tuple[str, ...] = (
     "tests/core/test_core_gaps.py",
     "tests/core/test_defaults_doc.py",
     "tests/core/test_fuzz_core.py",
+    "tests/core/test_lease_clock.py",
     "tests/core/test_messages.py",
     "tests/core/test_model_check.py",
     "tests/core/test_patience_gaps.py",

@@ -2,6 +2,7 @@
 
 ``highlander/_core`` (pure: tests/core/test_purity.py checks every module in it)
 < ``_host`` (this machine, its files, the process-wide services) <
+``_etcd`` (talking to an etcd cluster) <
 ``_shell`` (conversations over sockets, through the Waiter) < the public
 handle (the modules directly in ``highlander/``) < the command line
 (``cli.py`` and ``_commands``).  An import inside a function counts like
@@ -20,7 +21,7 @@ import highlander
 
 PACKAGE_DIR = Path(highlander.__file__).parent
 #: The floors, lowest first: the folder of each, or the modules directly in highlander/.
-FLOORS = ("_core", "_host", "_shell", "top", "_commands")
+FLOORS = ("_core", "_host", "_etcd", "_shell", "top", "_commands")
 #: Modules directly in highlander/ that are not on the "top" floor.
 TOP_LEVEL_EXCEPTIONS = {"cli": "_commands"}
 

@@ -92,6 +92,17 @@ def test_core_module_is_pure(name: str) -> None:
     assert import_violations(source, f"highlander._core.{name}") == []
 
 
+#: Pure modules outside the core: the etcd floor's request bodies and backend URLs.
+PURE_ELSEWHERE = ("_etcd.api", "_etcd.endpoints")
+
+
+@pytest.mark.parametrize("dotted", PURE_ELSEWHERE)
+def test_the_etcd_floors_data_modules_are_pure(dotted: str) -> None:
+    path = CORE_DIR.parent.joinpath(*dotted.split(".")).with_suffix(".py")
+    source = path.read_text(encoding="utf-8")
+    assert import_violations(source, f"highlander.{dotted}") == []
+
+
 @pytest.mark.parametrize(
     ("source", "expected"),
     [

@@ -1,0 +1,289 @@
+"""etcd's v3 JSON API as data: the request bodies Highlander sends, and the answers parsed.
+
+etcd serves its gRPC API as JSON over HTTP beside gRPC (the grpc-gateway,
+``POST /v3/kv/range`` and so on).  That encoding has three habits this module
+absorbs so nothing above it sees them: keys and values are base64, 64-bit
+integers are decimal strings, and a field at its default (0, false, empty) is
+left out.  Pure code: no I/O, no clock; :mod:`highlander._etcd.client` moves
+these bodies.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+from typing import Any
+
+#: gRPC status codes that etcd's gateway puts in an error body, by what a client does about them.
+UNAVAILABLE = 14  # this member cannot serve now (no leader, stopping): ask another
+DEADLINE_EXCEEDED = 4  # the member gave up waiting for raft: ask another
+UNAUTHENTICATED = 16  # the auth token expired or is unknown to this member: authenticate again
+NOT_FOUND = 5  # e.g. "requested lease not found": the lease is gone for good
+OUT_OF_RANGE = 11  # e.g. "required revision has been compacted"
+RETRY_ELSEWHERE = frozenset({UNAVAILABLE, DEADLINE_EXCEEDED})
+
+Json = dict[str, Any]
+
+
+class MalformedAnswer(ValueError):  # noqa: N818 - names what arrived, like json's errors
+    """An answer that is not what etcd's gateway sends (a proxy's page, a torn body)."""
+
+
+def b64(data: bytes) -> str:
+    """The gateway's spelling of bytes."""
+    return base64.b64encode(data).decode("ascii")
+
+
+def unb64(text: object) -> bytes:
+    """Bytes back from the gateway's spelling (absent = empty)."""
+    if text is None:
+        return b""
+    if not isinstance(text, str):
+        raise MalformedAnswer(f"expected base64 text, got {type(text).__name__}")
+    try:
+        return base64.b64decode(text, validate=True)
+    except binascii.Error as exc:
+        raise MalformedAnswer(f"not base64: {text[:40]!r}") from exc
+
+
+def integer(value: object) -> int:
+    """A 64-bit integer as the gateway spells it (a decimal string; absent = 0)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise MalformedAnswer(f"expected an integer, got {value!r}")
+    try:
+        return int(value)
+    except ValueError as exc:
+        raise MalformedAnswer(f"expected an integer, got {value!r}") from exc
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The ``range_end`` of etcd that selects every key starting with ``prefix``."""
+    end = bytearray(prefix)
+    while end:
+        if end[-1] < 0xFF:
+            end[-1] += 1
+            return bytes(end)
+        end.pop()
+    return b"\0"  # every key: etcd's convention for "to the end"
+
+
+@dataclass(frozen=True)
+class Header:
+    """The part of every answer that says where in etcd's history it was served."""
+
+    revision: int
+    member_id: str
+    raft_term: int
+
+
+@dataclass(frozen=True)
+class KeyValue:
+    """One key as etcd stores it."""
+
+    key: bytes
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    version: int
+    lease: int
+
+
+@dataclass(frozen=True)
+class Event:
+    """One change a watch reports: ``put`` or ``delete`` of ``kv`` (at ``kv.mod_revision``)."""
+
+    kind: str
+    kv: KeyValue
+
+
+@dataclass(frozen=True)
+class WatchBatch:
+    """One message of a watch stream."""
+
+    header: Header
+    watch_id: int
+    created: bool
+    canceled: bool
+    compact_revision: int
+    cancel_reason: str
+    events: tuple[Event, ...]
+
+
+@dataclass(frozen=True)
+class Txn:
+    """The answer to a transaction: which branch ran, and what its ranges read."""
+
+    header: Header
+    succeeded: bool
+    kvs: tuple[KeyValue, ...]
+
+
+def _object(answer: object, what: str) -> Json:
+    if not isinstance(answer, dict):
+        raise MalformedAnswer(f"{what}: expected a JSON object, got {type(answer).__name__}")
+    return answer
+
+
+def header(answer: Json) -> Header:
+    """The header of an answer."""
+    head = _object(answer.get("header", {}), "header")
+    return Header(
+        integer(head.get("revision")),
+        str(head.get("member_id", "")),
+        integer(head.get("raft_term")),
+    )
+
+
+def key_value(raw: object) -> KeyValue:
+    """One key of an answer."""
+    kv = _object(raw, "kv")
+    return KeyValue(
+        key=unb64(kv.get("key")),
+        value=unb64(kv.get("value")),
+        create_revision=integer(kv.get("create_revision")),
+        mod_revision=integer(kv.get("mod_revision")),
+        version=integer(kv.get("version")),
+        lease=integer(kv.get("lease")),
+    )
+
+
+def error_of(answer: object) -> tuple[int, str] | None:
+    """``(grpc code, message)`` if the answer is the gateway's error body, else ``None``."""
+    if not isinstance(answer, dict):
+        return None
+    inner = answer.get("error")
+    if isinstance(inner, dict):  # streaming endpoints wrap it: {"error": {...}}
+        answer = inner
+    elif not isinstance(inner, str):
+        return None
+    return integer(answer.get("code")), str(answer.get("message", answer.get("error", "")))
+
+
+# Requests -----------------------------------------------------------------
+
+
+def grant(ttl: int) -> Json:
+    """``/v3/lease/grant``: a lease of ``ttl`` seconds (the server picks its id)."""
+    return {"TTL": str(ttl), "ID": "0"}
+
+
+def granted(answer: Json) -> tuple[int, int]:
+    """``(lease id, granted ttl)`` from a grant's answer."""
+    lease, ttl = integer(answer.get("ID")), integer(answer.get("TTL"))
+    if lease == 0 or ttl <= 0:
+        raise MalformedAnswer(f"lease grant gave id {lease}, ttl {ttl}: {answer.get('error', '')}")
+    return lease, ttl
+
+
+def keepalive(lease: int) -> Json:
+    """``/v3/lease/keepalive``: renew ``lease`` once."""
+    return {"ID": str(lease)}
+
+
+def kept_alive(answer: Json) -> int:
+    """The TTL a keepalive renewed the lease to; 0 if the lease is gone (expired or revoked)."""
+    result = _object(answer.get("result", answer), "keepalive result")
+    return integer(result.get("TTL"))
+
+
+def revoke(lease: int) -> Json:
+    """``/v3/lease/revoke``: end ``lease`` now, deleting every key attached to it."""
+    return {"ID": str(lease)}
+
+
+def get(key: bytes, *, prefix: bool = False, serializable: bool = False) -> Json:
+    """``/v3/kv/range``: ``key`` (or every key under it); linearizable unless ``serializable``."""
+    body: Json = {"key": b64(key)}
+    if prefix:
+        body["range_end"] = b64(prefix_end(key))
+    if serializable:
+        body["serializable"] = True
+    return body
+
+
+def got(answer: Json) -> tuple[Header, tuple[KeyValue, ...]]:
+    """The header and keys of a range's answer."""
+    kvs = answer.get("kvs", [])
+    if not isinstance(kvs, list):
+        raise MalformedAnswer("range: kvs is not a list")
+    return header(answer), tuple(key_value(kv) for kv in kvs)
+
+
+def put_if_absent(key: bytes, value: bytes, lease: int) -> Json:
+    """``/v3/kv/txn``: put ``key`` on ``lease`` only if it does not exist; else read it.
+
+    "Does not exist" is ``create_revision == 0``, so the put creates the key
+    and its create revision is then the fencing token: greater than every
+    earlier holder key's, cluster-wide.
+    """
+    compare = {"key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
+    put = {"request_put": {"key": b64(key), "value": b64(value), "lease": str(lease)}}
+    read = {"request_range": {"key": b64(key)}}
+    return {"compare": [compare], "success": [put, read], "failure": [read]}
+
+
+def delete_if_created(key: bytes, create_revision: int) -> Json:
+    """``/v3/kv/txn``: delete ``key`` only while it is the one created at ``create_revision``."""
+    compare = {
+        "key": b64(key),
+        "target": "CREATE",
+        "result": "EQUAL",
+        "create_revision": str(create_revision),
+    }
+    return {"compare": [compare], "success": [{"request_delete_range": {"key": b64(key)}}]}
+
+
+def txn(answer: Json) -> Txn:
+    """Which branch a transaction ran, and the keys its range requests read."""
+    kvs: list[KeyValue] = []
+    responses = answer.get("responses", [])
+    if not isinstance(responses, list):
+        raise MalformedAnswer("txn: responses is not a list")
+    for response in responses:
+        ranged = _object(response, "txn response").get("response_range")
+        if ranged is not None:
+            kvs.extend(got(_object(ranged, "response_range"))[1])
+    return Txn(header(answer), bool(answer.get("succeeded", False)), tuple(kvs))
+
+
+def watch(key: bytes, start_revision: int, *, prefix: bool = False) -> Json:
+    """``/v3/watch``: changes of ``key`` (or under it) from ``start_revision`` on."""
+    create: Json = {"key": b64(key), "start_revision": str(start_revision)}
+    if prefix:
+        create["range_end"] = b64(prefix_end(key))
+    return {"create_request": create}
+
+
+def watch_batch(message: Json) -> WatchBatch:
+    """One line of a watch stream."""
+    result = _object(message.get("result", message), "watch result")
+    events = []
+    for raw in result.get("events", []):
+        event = _object(raw, "watch event")
+        kind = "delete" if event.get("type") == "DELETE" else "put"
+        events.append(Event(kind, key_value(event.get("kv", {}))))
+    return WatchBatch(
+        header=header(result),
+        watch_id=integer(result.get("watch_id")),
+        created=bool(result.get("created", False)),
+        canceled=bool(result.get("canceled", False)),
+        compact_revision=integer(result.get("compact_revision")),
+        cancel_reason=str(result.get("cancel_reason", "")),
+        events=tuple(events),
+    )
+
+
+def authenticate(name: str, password: str) -> Json:
+    """``/v3/auth/authenticate``: a token for etcd user ``name``."""
+    return {"name": name, "password": password}
+
+
+def token(answer: Json) -> str:
+    """The auth token of an authenticate answer."""
+    value = answer.get("token")
+    if not isinstance(value, str) or not value:
+        raise MalformedAnswer("authenticate: no token in the answer")
+    return value

@@ -1,0 +1,261 @@
+"""A small etcd v3 client over its JSON/HTTP API: every member tried, short timeouts.
+
+Why HTTP and not gRPC: etcd serves the same API as JSON beside gRPC, httpx2
+speaks it under anyio (asyncio and trio alike), and no grpcio or protobuf
+pin lands in the user's environment.  What this client adds to a plain
+HTTP call is what a holder needs from a cluster whose members come and go:
+
+* **Rotation.** A request goes to the member that answered last; a member
+  that does not connect, times out, or says it cannot serve (no leader,
+  stopping: gRPC ``UNAVAILABLE``) costs one short try, and the next member
+  is asked, round the list, until the request's budget is spent.  A frozen
+  member (SIGSTOPped, a VM paused) accepts connections and answers nothing,
+  so only a per-request timeout gets past it.
+* **Auth.** etcd's simple tokens are known to the member that issued them
+  only, so a token is kept per member and fetched again when a member says
+  it does not know it.
+* **Watches that resume.** A watch remembers the revision after the last
+  event it delivered and, when its member goes, opens again on the next one
+  from there, so an event is neither lost nor (for an idempotent reader)
+  harmful when seen twice.
+
+The bodies and answers are :mod:`highlander._etcd.api`'s; this module only
+moves them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import httpx2
+
+from highlander._core.errors import EtcdError, EtcdUnavailableError
+from highlander._etcd import api
+from highlander._etcd.endpoints import Target
+
+#: Per-request timeout unless the caller gives one (keepalives give less: _core/lease).
+DEFAULT_TIMEOUT = 1.0
+#: A request's whole budget, every member tried, unless the caller gives one.
+DEFAULT_BUDGET = 5.0
+#: A watch with nothing to say for this long is opened again (on the next member if
+#: its own is frozen): an upper bound on how late a frozen member makes an event.
+WATCH_IDLE = 5.0
+#: Pause between rounds of the member list, so a cluster without quorum is not hammered.
+ROUND_PAUSE = 0.05
+_NETWORK = (httpx2.TransportError, OSError)
+
+
+class WatchCompacted(EtcdError):  # noqa: N818 - a condition the caller handles, like StopIteration
+    """The revision a watch resumes from was compacted away: read the state again."""
+
+    def __init__(self, compact_revision: int) -> None:
+        """Keep the oldest revision etcd still has."""
+        super().__init__(
+            f"etcd compacted history up to revision {compact_revision}", api.OUT_OF_RANGE
+        )
+        self.compact_revision = compact_revision
+
+
+class _Retry(Exception):  # noqa: N818 - internal control flow
+    """This member could not serve the request; ask the next one."""
+
+
+def _plain_refusal(url: str, status: int, text: str) -> str:
+    """A refusal etcd wrote as plain text, with the fix where it is known."""
+    said = text.strip()[:200]
+    if "CommonName" in said:
+        return (
+            f"etcd refused {url}: {said!r}. With auth on, etcd's HTTP gateway refuses a "
+            "client certificate that carries a CommonName: make HIGHLANDER_ETCD_CERT one "
+            'without (subject alternative names only), docs/etcd.md "TLS"'
+        )
+    return f"etcd refused {url}: HTTP {status}: {said!r}"
+
+
+class Client:
+    """An etcd client for one :class:`~highlander._etcd.endpoints.Target`; ``async with`` it."""
+
+    def __init__(self, target: Target, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        """Nothing is connected until the first request."""
+        self.target = target
+        self.timeout = timeout
+        self._current = 0
+        self._tokens: dict[str, str] = {}
+        self._http: httpx2.AsyncClient | None = None
+
+    async def __aenter__(self) -> Client:
+        """Open the connection pool."""
+        verify: Any = True
+        if self.target.tls:
+            import ssl  # noqa: PLC0415 (only TLS deployments pay for it)
+
+            verify = ssl.create_default_context(cafile=self.target.ca)
+            if self.target.cert and self.target.key:
+                verify.load_cert_chain(self.target.cert, self.target.key)
+        # trust_env=False: an HTTP_PROXY meant for the user's downloads must not
+        # silently carry the project's claim (and its auth token) through a proxy.
+        self._http = httpx2.AsyncClient(verify=verify, trust_env=False, timeout=self.timeout)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Close the connection pool."""
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    @property
+    def endpoint(self) -> str:
+        """The member asked first (the last one that answered)."""
+        return self.target.endpoints[self._current]
+
+    def _rotate(self, failed: int) -> None:
+        if self._current == failed:
+            self._current = (failed + 1) % len(self.target.endpoints)
+
+    async def call(
+        self,
+        path: str,
+        body: api.Json,
+        *,
+        timeout: float | None = None,
+        budget: float | None = None,
+    ) -> api.Json:
+        """POST ``body`` to ``path`` (``/v3/kv/txn``, ...) on the first member that answers.
+
+        Raises :class:`EtcdUnavailableError` when none did within ``budget``
+        seconds, :class:`EtcdError` when etcd refused the request.  A request
+        that timed out may still have been applied: callers of writes that
+        are not idempotent read back (see ``api.put_if_absent``).
+        """
+        budget = DEFAULT_BUDGET if budget is None else budget
+        last = "no member was tried"
+        with anyio.move_on_after(budget):
+            while True:
+                for _ in self.target.endpoints:
+                    index = self._current
+                    try:
+                        return await self._once(index, path, body, timeout or self.timeout)
+                    except _Retry as why:
+                        last = f"{self.target.endpoints[index]}: {why}"
+                        self._rotate(index)
+                await anyio.sleep(ROUND_PAUSE)
+        raise EtcdUnavailableError(
+            f"no etcd member answered {path} within {budget:g} s (last: {last}); check "
+            f"HIGHLANDER_BACKEND ({self.target.describe()}) and that a majority of the "
+            "cluster's members run (etcdctl endpoint health)",
+            api.UNAVAILABLE,
+        )
+
+    async def _once(self, index: int, path: str, body: api.Json, timeout: float) -> api.Json:
+        endpoint = self.target.endpoints[index]
+        for attempt in range(2):
+            headers = await self._auth(index, timeout)
+            answer = await self._post(endpoint + path, body, headers, timeout)
+            failure = api.error_of(answer)
+            if failure is None:
+                return answer
+            code, message = failure
+            if code == api.UNAUTHENTICATED and self.target.user and attempt == 0:
+                self._tokens.pop(endpoint, None)
+                continue
+            if code in api.RETRY_ELSEWHERE:
+                raise _Retry(message)
+            raise EtcdError(f"etcd refused {path}: {message} (gRPC code {code})", code)
+        raise EtcdError(
+            f"etcd refused user {self.target.user!r} twice on {endpoint}: check "
+            "HIGHLANDER_ETCD_USER / HIGHLANDER_ETCD_PASSWORD",
+            api.UNAUTHENTICATED,
+        )
+
+    async def _post(
+        self, url: str, body: api.Json, headers: dict[str, str], timeout: float
+    ) -> api.Json:
+        """One POST; its JSON object, or :class:`_Retry` / :class:`EtcdError`."""
+        assert self._http is not None, "use the client as `async with Client(...)`"
+        try:
+            response = await self._http.post(url, json=body, headers=headers, timeout=timeout)
+        except _NETWORK as exc:
+            raise _Retry(f"{type(exc).__name__}: {exc}") from exc
+        try:
+            answer = response.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            if 400 <= response.status_code < 500:  # the same on every member: no use retrying
+                raise EtcdError(_plain_refusal(url, response.status_code, response.text)) from exc
+            raise _Retry(f"HTTP {response.status_code}, not JSON") from exc
+        if not isinstance(answer, dict):
+            raise _Retry("the answer is not a JSON object")
+        if response.status_code >= 500 and api.error_of(answer) is None:
+            raise _Retry(f"HTTP {response.status_code}")
+        return answer
+
+    async def _auth(self, index: int, timeout: float) -> dict[str, str]:
+        if not self.target.user or self.target.password is None:
+            return {}
+        endpoint = self.target.endpoints[index]
+        if endpoint not in self._tokens:
+            body = api.authenticate(self.target.user, self.target.password)
+            answer = await self._post(endpoint + "/v3/auth/authenticate", body, {}, timeout)
+            failure = api.error_of(answer)
+            if failure is not None:
+                code, message = failure
+                if code in api.RETRY_ELSEWHERE:
+                    raise _Retry(message)
+                raise EtcdError(
+                    f"etcd refused to authenticate {self.target.user!r}: {message}; check "
+                    "HIGHLANDER_ETCD_USER / HIGHLANDER_ETCD_PASSWORD",
+                    code,
+                )
+            self._tokens[endpoint] = api.token(answer)
+        return {"Authorization": self._tokens[endpoint]}
+
+    async def watch(
+        self, key: bytes, start_revision: int, *, prefix: bool = False, idle: float = WATCH_IDLE
+    ) -> AsyncIterator[api.Event]:
+        """Every change of ``key`` (or under it) from ``start_revision`` on, in order, for ever.
+
+        Resumes on another member when its member goes or stays silent for
+        ``idle`` seconds.  Raises :class:`WatchCompacted` when history from
+        the revision it needs is gone.
+        """
+        assert self._http is not None, "use the client as `async with Client(...)`"
+        following = start_revision
+        failures = 0
+        while True:
+            index = self._current
+            endpoint = self.target.endpoints[index]
+            try:
+                headers = await self._auth(index, self.timeout)
+                async with self._http.stream(
+                    "POST",
+                    endpoint + "/v3/watch",
+                    json=api.watch(key, following, prefix=prefix),
+                    headers=headers,
+                    timeout=httpx2.Timeout(self.timeout, read=idle),
+                ) as response:
+                    async for line in response.aiter_lines():
+                        if not line.strip():
+                            continue
+                        message = json.loads(line)
+                        failure = api.error_of(message)
+                        if failure is not None:
+                            raise _Retry(failure[1])
+                        batch = api.watch_batch(message)
+                        if batch.compact_revision:
+                            raise WatchCompacted(batch.compact_revision)
+                        if batch.canceled:
+                            raise _Retry(batch.cancel_reason or "watch canceled")
+                        failures = 0
+                        for event in batch.events:
+                            if event.kv.mod_revision < following:
+                                continue  # seen before a resume
+                            following = event.kv.mod_revision + 1
+                            yield event
+            except (_Retry, *_NETWORK, json.JSONDecodeError, api.MalformedAnswer):
+                pass  # a resume from `following` loses nothing
+            self._rotate(index)
+            failures += 1
+            if failures >= len(self.target.endpoints):
+                await anyio.sleep(ROUND_PAUSE)

@@ -1,0 +1,191 @@
+"""The etcd client and the claim against a real 3-member cluster (tests/support/etcd_cluster.py)."""
+
+from __future__ import annotations
+
+import uuid
+
+import anyio
+import pytest
+
+from highlander._core.errors import EtcdError, EtcdUnavailableError
+from highlander._etcd import api
+from highlander._etcd.claim import Held, claim, holder, still_held
+from highlander._etcd.client import Client
+from highlander._etcd.endpoints import Target, parse
+from tests.support.etcd_cluster import Cluster, free_port
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _key() -> bytes:
+    return f"/highlander-tests/{uuid.uuid4().hex}/holder".encode()
+
+
+def _target(cluster: Cluster) -> Target:
+    return parse(cluster.backend, {})
+
+
+async def _lease(client: Client, ttl: int = 5) -> int:
+    lease, granted = api.granted(await client.call("/v3/lease/grant", api.grant(ttl)))
+    assert granted == ttl
+    return lease
+
+
+async def test_a_lease_is_granted_kept_alive_and_revoked(etcd: Cluster) -> None:
+    async with Client(_target(etcd)) as client:
+        lease = await _lease(client)
+        assert api.kept_alive(await client.call("/v3/lease/keepalive", api.keepalive(lease))) == 5
+        await client.call("/v3/lease/revoke", api.revoke(lease))
+        # A revoked lease is gone: its keepalive renews nothing (TTL 0).
+        assert api.kept_alive(await client.call("/v3/lease/keepalive", api.keepalive(lease))) == 0
+
+
+async def test_one_claim_wins_and_the_other_reads_the_holder(etcd: Cluster) -> None:
+    key = _key()
+    async with Client(_target(etcd)) as client:
+        first, second = await _lease(client), await _lease(client)
+        won = await claim(client, key, b"first", first)
+        lost = await claim(client, key, b"second", second)
+        assert isinstance(won, Held)
+        assert won.lease == first
+        assert isinstance(lost, api.KeyValue)
+        assert (lost.lease, lost.value, lost.create_revision) == (first, b"first", won.token)
+        assert await still_held(client, key, won)
+
+
+async def test_a_retried_claim_on_our_own_lease_counts_as_won(etcd: Cluster) -> None:
+    # What the client's retry after a timed-out txn meets: the first attempt was applied.
+    key = _key()
+    async with Client(_target(etcd)) as client:
+        lease = await _lease(client)
+        first = await claim(client, key, b"v", lease)
+        again = await claim(client, key, b"v", lease)
+        assert isinstance(first, Held)
+        assert again == first
+
+
+async def test_the_fencing_token_grows_from_reign_to_reign(etcd: Cluster) -> None:
+    key = _key()
+    tokens = []
+    async with Client(_target(etcd)) as client:
+        for _ in range(3):
+            lease = await _lease(client)
+            held = await claim(client, key, b"v", lease)
+            assert isinstance(held, Held)
+            tokens.append(held.token)
+            # The fence: revoking the holder's lease deletes its key, and the reign is over.
+            await client.call("/v3/lease/revoke", api.revoke(lease))
+            assert await holder(client, key) is None
+            assert not await still_held(client, key, held)
+    assert tokens == sorted(tokens)
+    assert len(set(tokens)) == 3
+
+
+async def test_a_write_guarded_by_an_old_token_fails(etcd: Cluster) -> None:
+    # docs/etcd.md "Fencing your own writes": compare create_revision(holder) == token.
+    key = _key()
+    data = key + b"/data"
+    async with Client(_target(etcd)) as client:
+        old_lease = await _lease(client)
+        old = await claim(client, key, b"old", old_lease)
+        assert isinstance(old, Held)
+        await client.call("/v3/lease/revoke", api.revoke(old_lease))
+        new = await claim(client, key, b"new", await _lease(client))
+        assert isinstance(new, Held)
+
+        def guarded(token: int, value: bytes) -> api.Json:
+            compare = {
+                "key": api.b64(key),
+                "target": "CREATE",
+                "result": "EQUAL",
+                "create_revision": str(token),
+            }
+            put = {"request_put": {"key": api.b64(data), "value": api.b64(value)}}
+            return {"compare": [compare], "success": [put]}
+
+        stale = api.txn(await client.call("/v3/kv/txn", guarded(old.token, b"stale")))
+        fresh = api.txn(await client.call("/v3/kv/txn", guarded(new.token, b"fresh")))
+        assert (stale.succeeded, fresh.succeeded) == (False, True)
+        _, kvs = api.got(await client.call("/v3/kv/range", api.get(data)))
+        assert [kv.value for kv in kvs] == [b"fresh"]
+
+
+async def test_a_watch_delivers_every_change_in_order_from_a_revision(etcd: Cluster) -> None:
+    prefix = _key()
+    async with Client(_target(etcd)) as client:
+        _, kvs = api.got(await client.call("/v3/kv/range", api.get(prefix)))
+        start = api.header(await client.call("/v3/kv/range", api.get(prefix))).revision + 1
+        for i in range(3):
+            await client.call("/v3/kv/put", {"key": api.b64(prefix + b"/%d" % i), "value": ""})
+        seen = []
+        with anyio.fail_after(10):
+            async for event in client.watch(prefix, start, prefix=True):
+                seen.append(event.kv.key)
+                if len(seen) == 3:
+                    break
+        assert kvs == ()
+        assert seen == [prefix + b"/%d" % i for i in range(3)]
+
+
+async def test_a_request_gets_past_a_frozen_member(faulty: Cluster) -> None:
+    key = _key()
+    async with Client(_target(faulty), timeout=0.3) as client:
+        lease = await _lease(client)
+        frozen = next(m for m in faulty.members if m.endpoint == client.endpoint)
+        faulty.stop(frozen)  # connections open, nothing answered: only the timeout sees it
+        held = await claim(client, key, b"v", lease)
+        assert isinstance(held, Held)
+        assert client.endpoint != frozen.endpoint
+        assert api.kept_alive(await client.call("/v3/lease/keepalive", api.keepalive(lease))) > 0
+
+
+async def test_a_watch_resumes_on_another_member_without_loss_or_repeat(faulty: Cluster) -> None:
+    prefix = _key()
+    async with Client(_target(faulty), timeout=0.5) as writer, Client(_target(faulty)) as reader:
+        start = api.header(await writer.call("/v3/kv/range", api.get(prefix))).revision + 1
+        watched = next(m for m in faulty.members if m.endpoint == reader.endpoint)
+        # The writer asks another member first, so the kill below costs it nothing.
+        writer._current = (faulty.members.index(watched) + 1) % len(faulty.members)
+
+        async def write(i: int) -> None:
+            await writer.call("/v3/kv/put", {"key": api.b64(prefix + b"/%d" % i), "value": ""})
+
+        await write(0)
+        seen: list[bytes] = []
+        with anyio.fail_after(30):
+            async for event in reader.watch(prefix, start, prefix=True, idle=1.0):
+                seen.append(event.kv.key)
+                if len(seen) == 1:
+                    faulty.kill(watched)  # the stream's member goes mid-watch
+                    for i in range(1, 4):
+                        await write(i)
+                if len(seen) == 4:
+                    break
+        assert seen == [prefix + b"/%d" % i for i in range(4)]
+        assert reader.endpoint != watched.endpoint
+
+
+async def test_no_member_answering_is_one_error_that_names_the_fix() -> None:
+    target = parse(f"etcd://127.0.0.1:{free_port()},127.0.0.1:{free_port()}", {})
+    async with Client(target, timeout=0.2) as client:
+        with pytest.raises(EtcdUnavailableError) as caught:
+            await client.call("/v3/kv/range", api.get(b"k"), budget=1.0)
+    message = str(caught.value)
+    assert "HIGHLANDER_BACKEND" in message
+    assert "majority" in message
+    assert isinstance(caught.value, EtcdError)
+    assert caught.value.code == api.UNAVAILABLE
+
+
+async def test_a_refusal_is_an_error_with_etcds_code(etcd: Cluster) -> None:
+    async with Client(_target(etcd)) as client:
+        with pytest.raises(EtcdError) as caught:
+            # A lease that does not exist: etcd answers NOT_FOUND, nothing to retry.
+            await client.call("/v3/kv/put", {"key": api.b64(_key()), "value": "", "lease": "12345"})
+    assert caught.value.code == api.NOT_FOUND
+    assert not isinstance(caught.value, EtcdUnavailableError)
