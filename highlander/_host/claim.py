@@ -41,17 +41,14 @@ from highlander._core.values import Value
 from highlander._host.event_log import Event, Outcome
 from highlander._host.fencing import read_floor, store_floor
 from highlander._host.files import cannot_hold, lstat_problem, open_regular
-from highlander._host.identity import (
-    Expected,
-    boot_id,
-    cmdline,
-    fd_holds_flock,
-    own_identity,
-    process_identity,
-)
+from highlander._host.identity import Expected, boot_id, cmdline, fd_holds_flock, own_identity
 from highlander._host.record import (
     GENERATION_MAX,
     HolderRecord,
+    debts,
+    owed_copy,
+    owed_exits,
+    read_owed_copy,
     read_record,
     write_record,
 )
@@ -129,9 +126,18 @@ class ProjectLock:
         value = int(line) if line.isdigit() and len(line) <= 20 else 0
         return value if value < GENERATION_MAX else 0
 
-    def store_generation(self, generation: int) -> None:
-        """Keep ``generation`` in the lock file (the lock itself is unaffected by writes)."""
-        data = f"{generation}\n".encode()
+    def stored_owed(self) -> list[list[Any]]:
+        """The copy of the debts of exit kept after the generation (:func:`owed_copy`)."""
+        try:
+            data = os.pread(self.fd, 64 * 1024, 0)
+        except OSError:
+            return []
+        line, complete, _ = data.partition(b"\n")[2].partition(b"\n")
+        return read_owed_copy(line) if complete else []
+
+    def store_generation(self, generation: int, owed: tuple[Expected, ...] = ()) -> None:
+        """Keep ``generation`` and the reign's debts in the lock file (the lock is unaffected)."""
+        data = f"{generation}\n".encode() + owed_copy(owed)
         with contextlib.suppress(OSError):  # a copy: the record stays authoritative
             os.pwrite(self.fd, data, 0)
             os.ftruncate(self.fd, len(data))
@@ -216,7 +222,7 @@ class Reign(Value):
     handoff: dict[str, Any] | None
     outcome: Outcome
     #: Deposed holders whose exit this reign sees to (:mod:`highlander._shell.predecessor`):
-    #: its own predecessor, and one whose successor ended before it had left.
+    #: its own predecessor, and those whose successor ended before they had left.
     predecessors: tuple[Expected, ...] = ()
 
 
@@ -274,7 +280,7 @@ def claim_free(settings: Settings) -> Reign | None:
         raise cannot_hold(exc, settings.paths.socket) from exc
     outcome = Outcome.CLAIMED_STALE if stale else Outcome.CLAIMED_FREE
     try:
-        record, previous = publish_record(settings, lock, successor_of=None)
+        record, owed = publish_record(settings, lock, successor_of=None)
     except BaseException as exc:
         listener.close(unlink=True)  # ours: we still hold the lock
         lock.release()
@@ -286,35 +292,16 @@ def claim_free(settings: Settings) -> Reign | None:
         from highlander._host.legacy import migrate  # noqa: PLC0415 - only with legacy_lock=
 
         migrate(settings.legacy_lock, settings.events)
-    return Reign(lock, listener, record, None, outcome, owed_exits(previous, None))
-
-
-def owed_exits(previous: HolderRecord | None, direct: Expected | None) -> tuple[Expected, ...]:
-    """The deposed holders whose exit a new reign owes: ours, and the record's if it runs.
-
-    ``direct`` is our predecessor (``None`` after a claim).  The previous
-    record names the predecessor its reign owed an exit.  A successor sees
-    its predecessor out after the commit; should it end first (killed,
-    stepped down), the debt passes through its record to whoever holds
-    next.  Nothing here signals: the fence verifies again.
-    """
-    owed = [direct] if direct is not None else []
-    if previous is None or not previous.predecessor or previous.boot_id != boot_id():
-        return tuple(owed)
-    pid, start_time, exe, uid = previous.predecessor
-    who = process_identity(pid)
-    alive = who is not None and who.start_time == start_time and pid != os.getpid()
-    if alive and all(p.pid != pid for p in owed):
-        owed.append(Expected(pid, start_time, exe, uid, None, None))
-    return tuple(owed)
+    return Reign(lock, listener, record, None, outcome, owed)
 
 
 def publish_record(
     settings: Settings, lock: ProjectLock, *, successor_of: int | None
-) -> tuple[HolderRecord, HolderRecord | None]:
+) -> tuple[HolderRecord, tuple[Expected, ...]]:
     """Write this process's record for a new reign (caller holds ``lock``).
 
-    Returns it and the record it replaced.
+    Returns it and the deposed holders whose exit the reign inherited
+    (:func:`~highlander._host.record.owed_exits`), which the record names too.
 
     The generation is one more than the highest of the previous record's, the
     copy in the lock file and the predecessor's (``successor_of``), so it only
@@ -325,11 +312,12 @@ def publish_record(
         # Not a record (a FIFO, a symlink, ...): the write below replaces it.
         settings.events.emit(Event.UNSAFE_FILE, path=settings.paths.state, reason=why)
     floor = max(lock.stored_generation(), successor_of or 0, read_floor(settings.floor_path))
-    record = new_record(settings, previous, successor_of=successor_of, floor=floor)
+    owed = owed_exits(previous, None, lock.stored_owed())
+    record = new_record(settings, previous, successor_of=successor_of, floor=floor, owed=owed)
     write_record(settings.paths.state, record)
-    lock.store_generation(record.generation)
+    lock.store_generation(record.generation, owed)
     store_floor(settings.floor_path, record.generation)
-    return record, previous
+    return record, owed
 
 
 def new_record(
@@ -338,7 +326,7 @@ def new_record(
     *,
     successor_of: int | None,
     floor: int = 0,
-    predecessor: Expected | None = None,
+    owed: tuple[Expected, ...] = (),
 ) -> HolderRecord:
     """This process's record for a new reign (generation +1, succession history kept)."""
     me, now_ms = own_identity(), int(time.time() * 1000)
@@ -361,9 +349,5 @@ def new_record(
         since_ms=now_ms,
         cmdline=cmdline(me.pid),
         successions_ms=settings.thrash.recent(history, now_ms),
-        predecessor=(
-            [predecessor.pid, predecessor.start_time, predecessor.exe, predecessor.uid]
-            if predecessor is not None
-            else []
-        ),
+        owed=debts(owed),
     )

@@ -3,7 +3,9 @@
 Written only by the process that holds the lock, atomically (a private
 temporary file renamed over the old record), so readers see either the old
 record or the new one, never a torn one.  It carries the fencing generation
-(+1 per claim) and the recent succession times the anti-thrash rule counts.
+(+1 per claim), the recent succession times the anti-thrash rule counts,
+and the deposed holders whose exit the reign owes (a copy of which the lock
+file keeps: :func:`owed_copy`).
 Whatever sits at its name is opened without trust (:mod:`highlander._host.files`):
 a FIFO, a directory or a symlink there is no record, and the next write
 replaces it (or, for a directory, which a rename cannot replace, fails in
@@ -19,9 +21,11 @@ import os
 from highlander._core.errors import HighlanderError
 from highlander._core.values import Value
 from highlander._host.files import discard, install, open_regular, stage
+from highlander._host.identity import Expected, boot_id, process_identity
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
     from typing import Any
 
 
@@ -39,10 +43,12 @@ class HolderRecord(Value):
     since_ms: int
     cmdline: list[str]
     successions_ms: list[int]
-    #: The deposed holder this reign took over from, ``[pid, start_time, exe, uid]``
-    #: (``[]`` after a free claim): its exit is owed, and the next reign inherits
-    #: the debt if this one ends first (:func:`highlander._host.claim.owed_exits`).
-    predecessor: list[Any]
+    #: The deposed holders whose exit this reign owes, each ``[pid, start_time, exe, uid]``:
+    #: the one it took over from and every one it inherited (``[]`` for none).  A
+    #: reign that ends first passes them all on: the next reign inherits those
+    #: still running (:func:`owed_exits`), so a debt survives any number of
+    #: reigns that end within the grace, not just one.
+    owed: list[Any]
 
 
 def read_record(path: str) -> HolderRecord | None:
@@ -56,7 +62,7 @@ def read_record(path: str) -> HolderRecord | None:
         with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as handle:
             data: Any = json.loads(handle.read(1024 * 1024))
         # Records written before these fields existed lack them.
-        record = HolderRecord(**{"cmdline": [], "successions_ms": [], "predecessor": [], **data})
+        record = HolderRecord(**{"cmdline": [], "successions_ms": [], "owed": [], **data})
     except (OSError, ValueError, TypeError, HighlanderError):
         return None
     return record if _plausible(record) else None
@@ -85,14 +91,26 @@ def _plausible(record: HolderRecord) -> bool:
         and all(isinstance(part, str) for part in record.cmdline)
         and isinstance(record.successions_ms, list)
         and all(_is_int(at) for at in record.successions_ms)
-        and _plausible_predecessor(record.predecessor)
+        and _plausible_owed(record.owed)
     )
 
 
-def _plausible_predecessor(value: object) -> bool:
-    """``[]``, or ``[pid, start_time, exe, uid]`` with their types and ranges."""
-    if value == []:
-        return True
+#: The most debts a record carries: one per deposed holder still running, and a
+#: record that claims more is damaged (it must not make a reader verify thousands).
+OWED_MAX = 16
+
+
+def _plausible_owed(value: object) -> bool:
+    """A list of at most :data:`OWED_MAX` debts, each ``[pid, start_time, exe, uid]``."""
+    return (
+        isinstance(value, list)
+        and len(value) <= OWED_MAX
+        and all(_plausible_debt(debt) for debt in value)
+    )
+
+
+def _plausible_debt(value: object) -> bool:
+    """``[pid, start_time, exe, uid]`` with their types and ranges."""
     if not isinstance(value, list) or len(value) != 4:
         return False
     pid, start_time, exe, uid = value
@@ -105,6 +123,55 @@ def _plausible_predecessor(value: object) -> bool:
         and _is_int(uid)
         and uid >= 0
     )
+
+
+def debts(owed: Iterable[Expected]) -> list[list[Any]]:
+    """The record's form of ``owed`` (:attr:`HolderRecord.owed`)."""
+    return [[e.pid, e.start_time, e.exe, e.uid] for e in owed][:OWED_MAX]
+
+
+def owed_exits(
+    previous: HolderRecord | None, direct: Expected | None, copy: Sequence[list[Any]] = ()
+) -> tuple[Expected, ...]:
+    """The deposed holders whose exit a new reign owes: ours, and those passed on to us.
+
+    ``direct`` is our predecessor (``None`` after a claim).  ``previous`` is
+    the record we replace and ``copy`` the debts kept in the lock file
+    (:func:`read_owed_copy`): a successor sees its predecessors out after the
+    commit; should it end first (killed, stepped down), its debts pass to
+    whoever holds next, from whichever of the two survived.  A debt counts
+    only for a process that still runs with that start time on this boot.
+    Nothing here signals: the fence verifies again.
+    """
+    owed = [direct] if direct is not None else []
+    passed = list(copy)
+    if previous is not None and previous.boot_id == boot_id():
+        passed[:0] = previous.owed
+    for pid, start_time, exe, uid in passed:
+        who = process_identity(pid)
+        alive = who is not None and who.start_time == start_time and pid != os.getpid()
+        if alive and all(p.pid != pid for p in owed):
+            owed.append(Expected(pid, start_time, exe, uid, None, None))
+    return tuple(owed[:OWED_MAX])
+
+
+def owed_copy(owed: Iterable[Expected]) -> bytes:
+    """The line the lock file keeps after the generation: this boot's id and ``owed``.
+
+    A copy for the same reason as the generation's: a damaged or replaced
+    ``.state`` must not drop a debt (the record is replaceable; the lock
+    file never is).
+    """
+    return json.dumps([boot_id(), debts(owed)], separators=(",", ":")).encode() + b"\n"
+
+
+def read_owed_copy(line: bytes) -> list[list[Any]]:
+    """The debts in a lock file's copy (:func:`owed_copy`); ``[]`` if damaged or of another boot."""
+    try:
+        boot, owed = json.loads(line)
+    except (ValueError, TypeError, RecursionError):  # RecursionError: nested too deep
+        return []
+    return owed if boot == boot_id() and _plausible_owed(owed) else []
 
 
 def write_record(path: str, record: HolderRecord) -> None:

@@ -11,12 +11,18 @@ from __future__ import annotations
 
 from highlander._core.errors import HighlanderError, RemoteProtocolError, UnsafeFileError
 from highlander._core.values import Value
-from highlander._host.claim import ProjectLock, Reign, new_record, owed_exits
+from highlander._host.claim import ProjectLock, Reign, new_record
 from highlander._host.event_log import Event, Outcome
 from highlander._host.fencing import read_floor, store_floor
 from highlander._host.files import current_file_id
 from highlander._host.identity import Expected
-from highlander._host.record import HolderRecord, install_record, read_record, stage_record
+from highlander._host.record import (
+    HolderRecord,
+    install_record,
+    owed_exits,
+    read_record,
+    stage_record,
+)
 from highlander._host.settings import Settings
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
@@ -52,7 +58,8 @@ class Staged(Value):
     record: HolderRecord
     #: The record, written to a private file beside ``.state``, ready to rename.
     path: str
-    #: The deposed holders whose exit the new reign owes (our predecessor first).
+    #: The deposed holders whose exit the new reign owes (our predecessor first),
+    #: which its record names so that they pass on should the reign end first.
     owed: tuple[Expected, ...]
 
 
@@ -68,10 +75,10 @@ def prepare_takeover(
     """
     previous = read_record(settings.paths.state)
     floor = max(lock.stored_generation(), generation, read_floor(settings.floor_path))
-    record = new_record(
-        settings, previous, successor_of=generation, floor=floor, predecessor=predecessor
-    )
-    owed = owed_exits(previous, predecessor)
+    # The predecessor's debts too: those it had not seen out yet (from its record,
+    # or the lock file's copy if the record was damaged) are ours now.
+    owed = owed_exits(previous, predecessor, lock.stored_owed())
+    record = new_record(settings, previous, successor_of=generation, floor=floor, owed=owed)
     return Staged(record, stage_record(settings.paths.state, record), owed)
 
 
@@ -113,7 +120,7 @@ def take_over(
         # Past the commit the project is ours whatever happens to the file;
         # the record only informs, and the lock file keeps the generation.
         problem = f"record not written: {exc}"
-    lock.store_generation(record.generation)
+    lock.store_generation(record.generation, staged.owed)
     store_floor(settings.floor_path, record.generation)
     settings.events.emit(
         Event.CLAIMED,

@@ -1,4 +1,5 @@
-"""The record's ``predecessor`` (the exit a reign owes) and its inheritance, on real pids."""
+"""The record's ``owed`` (the exits a reign owes), its copy in the lock file, and their
+inheritance, on real pids."""
 
 from __future__ import annotations
 
@@ -11,9 +12,17 @@ from typing import Any
 
 import pytest
 
-from highlander._host.claim import owed_exits
+from highlander._host.claim import ProjectLock
 from highlander._host.identity import Expected, boot_id, process_identity
-from highlander._host.record import HolderRecord, read_record
+from highlander._host.record import (
+    OWED_MAX,
+    HolderRecord,
+    debts,
+    owed_copy,
+    owed_exits,
+    read_owed_copy,
+    read_record,
+)
 
 
 @pytest.fixture
@@ -47,23 +56,27 @@ def _record(path: Path, **fields: Any) -> HolderRecord | None:
 
 def test_a_record_without_the_field_reads_as_owing_nothing(tmp_path: Path) -> None:
     record = _record(tmp_path / "old.state")
-    assert record is not None and record.predecessor == []
+    assert record is not None and record.owed == []
 
 
 @pytest.mark.parametrize(
     "bad",
-    [[1, 2, "exe"], [0, 2, "exe", 0], [1, -1, "exe", 0], [1, 2, 3, 0], [True, 2, "e", 0], "x"],
+    [
+        *[[debt] for debt in ([1, 2, "exe"], [0, 2, "exe", 0], [1, -1, "exe", 0], [1, 2, 3, 0])],
+        [[True, 2, "e", 0]],
+        [1, 2, "exe", 0],  # one debt, not a list of them
+        [[1, 2, "e", 0]] * (OWED_MAX + 1),
+        "x",
+    ],
 )
-def test_an_implausible_predecessor_makes_the_record_unreadable(tmp_path: Path, bad: Any) -> None:
-    assert _record(tmp_path / "bad.state", predecessor=bad) is None
+def test_an_implausible_debt_makes_the_record_unreadable(tmp_path: Path, bad: Any) -> None:
+    assert _record(tmp_path / "bad.state", owed=bad) is None
 
 
 def _owing(tmp_path: Path, pid: int, start_time: int, **fields: Any) -> HolderRecord:
     who = process_identity(pid)
     assert who is not None
-    record = _record(
-        tmp_path / "r.state", predecessor=[pid, start_time, who.exe, who.uid], **fields
-    )
+    record = _record(tmp_path / "r.state", owed=[[pid, start_time, who.exe, who.uid]], **fields)
     assert record is not None
     return record
 
@@ -102,3 +115,56 @@ def test_a_debt_already_owed_directly_is_not_owed_twice(
     direct = Expected(sleeper.pid, who.start_time, who.exe, who.uid, None, None)
     owed = owed_exits(_owing(tmp_path, sleeper.pid, who.start_time), direct)
     assert owed == (direct,)
+
+
+def test_every_debt_of_the_record_passes_on_not_only_the_first(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    """A reign that inherited a debt names it with its own predecessor's: both pass on."""
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        owed = []
+        for pid in (sleeper.pid, other.pid):
+            who = process_identity(pid)
+            assert who is not None
+            owed.append([pid, who.start_time, who.exe, who.uid])
+        record = _record(tmp_path / "r.state", owed=owed)
+        assert record is not None
+        assert [e.pid for e in owed_exits(record, None)] == [sleeper.pid, other.pid]
+    finally:
+        other.kill()
+        other.wait(30)
+
+
+def test_the_lock_files_copy_carries_the_debts_when_the_record_is_gone(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    who = process_identity(sleeper.pid)
+    assert who is not None
+    debt = Expected(sleeper.pid, who.start_time, who.exe, who.uid, None, None)
+    lock = ProjectLock.try_acquire(str(tmp_path / "p.lock"))
+    assert lock is not None
+    try:
+        lock.store_generation(7, (debt,))
+        assert lock.stored_generation() == 7  # the generation's copy is unchanged
+        assert lock.stored_owed() == debts([debt])
+        assert owed_exits(None, None, lock.stored_owed()) == (debt,)
+        lock.store_generation(8)
+        assert lock.stored_owed() == []
+    finally:
+        lock.release()
+
+
+@pytest.mark.parametrize(
+    "line", [b"", b"{", b'["another-boot",[[2,1,"e",0]]]', b'["b",[[0,1,"e",0]]]', b"[1]"]
+)
+def test_a_damaged_or_foreign_copy_owes_nothing(line: bytes) -> None:
+    assert read_owed_copy(line.replace(b'"b"', f'"{boot_id()}"'.encode())) == []
+
+
+def test_the_copy_reads_back_on_this_boot(sleeper: subprocess.Popen[bytes]) -> None:
+    who = process_identity(sleeper.pid)
+    assert who is not None
+    debt = Expected(sleeper.pid, who.start_time, who.exe, who.uid, None, None)
+    line = owed_copy([debt])
+    assert line.endswith(b"\n") and read_owed_copy(line[:-1]) == debts([debt])

@@ -93,3 +93,47 @@ def test_a_debt_of_exit_passes_to_the_next_holder_when_the_successor_dies_first(
     assert first.finish()[0] == -signal.SIGTERM
     hung = [(e["pid"], e["peer_pid"], e["phase"]) for e in kids.events("hung")]
     assert hung == [(third.pid, first.pid, "exit")]
+
+
+def _depose_a_hanging_holder(kids: Children) -> Child:
+    """A holder that hangs in on_deposed, deposed by a successor that is then SIGKILLed
+    well within its exit grace: the exit it owed is left to whoever holds next."""
+    first = kids.start(hang_when_deposed=True)
+    first.wait_for("ready")
+    second = kids.start(timeouts=SLOW_EXIT)
+    assert second.wait_for("ready")["outcome"] == "succeeded"
+    first.wait_for("deposed")
+    os.kill(second.pid, signal.SIGKILL)
+    second.finish()
+    return first
+
+
+def test_an_inherited_debt_of_exit_passes_on_again_when_its_heir_dies_too(
+    kids: Children,
+) -> None:
+    """Found by the chaos (seed 1, pids 21446 and 22231): the heir of the debt claimed the
+    project and was killed within the grace too, and its record named no debt, so the
+    third holder let the deposed process hang on for good."""
+    first = _depose_a_hanging_holder(kids)
+    heir = kids.start(timeouts=SLOW_EXIT)
+    assert heir.wait_for("ready")["outcome"] == "claimed_stale"
+    os.kill(heir.pid, signal.SIGKILL)
+    heir.finish()
+    last = kids.start(timeouts=FAST_EXIT)
+    assert last.wait_for("ready")["outcome"] == "claimed_stale"
+    assert first.finish(timeout=10)[0] == -signal.SIGTERM
+    hung = [(e["pid"], e["peer_pid"], e["phase"]) for e in kids.events("hung")]
+    assert hung == [(last.pid, first.pid, "exit")]
+
+
+def test_a_debt_of_exit_survives_a_destroyed_record_in_the_lock_file(kids: Children) -> None:
+    """Found by the chaos (seed 1, pid 21495): the record naming the debt was emptied
+    before the next holder read it; the lock file keeps a copy, as of the generation."""
+    first = _depose_a_hanging_holder(kids)
+    (state,) = kids.runtime.glob("*.state")
+    state.write_bytes(b"")
+    last = kids.start(timeouts=FAST_EXIT)
+    assert last.wait_for("ready")["outcome"] == "claimed_stale"
+    assert first.finish(timeout=10)[0] == -signal.SIGTERM
+    hung = [(e["pid"], e["peer_pid"], e["phase"]) for e in kids.events("hung")]
+    assert hung == [(last.pid, first.pid, "exit")]
