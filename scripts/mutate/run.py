@@ -54,6 +54,7 @@ TESTS: tuple[str, ...] = (
     "tests/core/test_policy_gaps.py",
     "tests/core/test_protocol_doc.py",
     "tests/core/test_purity.py",
+    "tests/core/test_sealing.py",
     "tests/core/test_signing.py",
     "tests/core/test_state.py",
     "tests/core/test_values_gaps.py",

@@ -1,0 +1,194 @@
+"""One succession conversation's bytes carried as etcd keys, sealed, and bridged to a socket.
+
+The protocol core speaks in frames over a byte stream; over etcd the stream
+is a run of keys.  Under a project's root ``R``, a newcomer opens
+conversation ``C`` (16 random bytes) by writing ``R/conv/C/n/here`` on its
+lease; the holder, which watches ``R/conv/``, answers with ``R/conv/C/i/here``
+on its own.  Each side then writes its bytes as ``R/conv/C/<side>/<number>``
+(sealed: :mod:`highlander._core.sealing`) and reads the other side's with a
+watch from the revision it started at, so nothing written before the watch
+opened is missed.  A side ends its stream with ``.../fin``; a side that dies
+ends it too, since its keys ride on its lease and go when the lease does.
+
+:func:`bridge` joins a channel to one end of a ``socketpair``, so the
+conversation code that runs over a Unix socket runs over etcd unchanged: the
+same frames, the same signatures, the same deadlines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import anyio
+
+from highlander._core import sealing
+from highlander._etcd import api
+from highlander._etcd.client import Client
+
+#: Which letter names a side's keys, by the direction it writes.
+_SIDES = {sealing.NEWCOMER: b"n", sealing.INCUMBENT: b"i"}
+HERE, FIN = b"here", b"fin"
+READ_SIZE = 65536
+
+
+class ChannelBroken(Exception):  # noqa: N818 - a condition the bridge turns into EOF
+    """The other side's keys are not a stream this side can follow (a gap, a forgery)."""
+
+
+def conversations(root: bytes) -> bytes:
+    """The prefix every conversation of the project lives under."""
+    return root + b"conv/"
+
+
+@dataclass
+class Channel:
+    """This side of conversation ``conversation``: write ours, read theirs."""
+
+    client: Client
+    root: bytes
+    conversation: bytes
+    side: int
+    lease: int
+    key: bytes
+    #: Revision after which the other side's keys are read.
+    since: int
+    _sent: int = 0
+
+    @property
+    def _base(self) -> bytes:
+        return conversations(self.root) + self.conversation.hex().encode() + b"/"
+
+    def _name(self, side: int, leaf: bytes) -> bytes:
+        return self._base + _SIDES[side] + b"/" + leaf
+
+    @property
+    def _other(self) -> int:
+        return sealing.INCUMBENT if self.side == sealing.NEWCOMER else sealing.NEWCOMER
+
+    async def _put(self, name: bytes, value: bytes) -> int:
+        body = {"key": api.b64(name), "value": api.b64(value), "lease": str(self.lease)}
+        return api.header(await self.client.call("/v3/kv/put", body)).revision
+
+    async def announce(self) -> None:
+        """Say this side is here (the newcomer's open, the holder's answer)."""
+        revision = await self._put(self._name(self.side, HERE), b"")
+        if self.side == sealing.NEWCOMER:
+            self.since = revision
+
+    async def send(self, chunk: bytes) -> None:
+        """Write the next chunk of this side's stream."""
+        name = self._name(self.side, b"%016x" % self._sent)
+        await self._put(name, sealing.seal(self.key, self.side, self._sent, name, chunk))
+        self._sent += 1
+
+    async def finish(self) -> None:
+        """End this side's stream."""
+        await self._put(self._name(self.side, FIN), b"")
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The other side's chunks in order, until its ``fin`` or the end of its lease."""
+        theirs = self._base + _SIDES[self._other] + b"/"
+        expected = 0
+        async for event in self.client.watch(theirs, self.since + 1, prefix=True):
+            leaf = event.kv.key[len(theirs) :]
+            if event.kind == "delete" or leaf == FIN:
+                return  # its lease ended (it died, or was fenced), or it said so
+            if leaf == HERE:
+                continue
+            try:
+                number = int(leaf, 16)
+            except ValueError as exc:
+                raise ChannelBroken(f"a key that is no chunk: {event.kv.key!r}") from exc
+            if number != expected:
+                raise ChannelBroken(f"chunk {number} where {expected} was due")
+            try:
+                yield sealing.unseal(self.key, self._other, number, event.kv.key, event.kv.value)
+            except sealing.Unsealable as exc:
+                raise ChannelBroken(str(exc)) from exc
+            expected += 1
+
+    async def forget(self) -> None:
+        """Delete every key of the conversation (the newcomer, once it is over)."""
+        body = api.get(self._base, prefix=True)
+        await self.client.call("/v3/kv/deleterange", body)
+
+
+async def open_channel(client: Client, root: bytes, lease: int, channel_key: bytes) -> Channel:
+    """A newcomer's new conversation with whoever holds the project at ``root``."""
+    conversation = os.urandom(sealing.CONVERSATION_ID_BYTES)
+    key = sealing.conversation_key(channel_key, conversation)
+    channel = Channel(client, root, conversation, sealing.NEWCOMER, lease, key, since=0)
+    await channel.announce()
+    return channel
+
+
+async def incoming(client: Client, root: bytes, since: int) -> AsyncIterator[tuple[bytes, int]]:
+    """``(conversation id, revision)`` of every conversation opened after revision ``since``."""
+    prefix = conversations(root)
+    async for event in client.watch(prefix, since + 1, prefix=True):
+        rest = event.kv.key[len(prefix) :]
+        if event.kind != "put" or not rest.endswith(b"/n/" + HERE):
+            continue
+        with contextlib.suppress(ValueError):
+            conversation = bytes.fromhex(rest[: -len(b"/n/" + HERE)].decode("ascii"))
+            if len(conversation) == sealing.CONVERSATION_ID_BYTES:
+                yield conversation, event.kv.mod_revision
+
+
+def accept_channel(
+    client: Client, root: bytes, conversation: bytes, revision: int, lease: int, channel_key: bytes
+) -> Channel:
+    """The holder's side of a conversation a newcomer opened at ``revision``."""
+    key = sealing.conversation_key(channel_key, conversation)
+    return Channel(client, root, conversation, sealing.INCUMBENT, lease, key, since=revision)
+
+
+async def bridge(channel: Channel, end: socket.socket) -> None:
+    """Move bytes between ``end`` (one end of a socketpair) and ``channel`` until both finish.
+
+    The other end then reads the peer's bytes and EOF when the peer's stream
+    ends; what the other end writes reaches the peer, and its close ends this
+    side's stream.  ``end`` is closed on return.
+    """
+    end.setblocking(False)
+
+    async def outbound() -> None:
+        while True:
+            await anyio.wait_readable(end)
+            try:
+                data = end.recv(READ_SIZE)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            if not data:
+                await channel.finish()
+                return
+            await channel.send(data)
+
+    async def inbound() -> None:
+        with contextlib.suppress(ChannelBroken):
+            async for chunk in channel.chunks():
+                view = memoryview(chunk)
+                while view:
+                    await anyio.wait_writable(end)
+                    try:
+                        view = view[end.send(view) :]
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        return  # the local end closed: nobody is left to read
+        with contextlib.suppress(OSError):
+            end.shutdown(socket.SHUT_WR)
+
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(outbound)
+            await inbound()
+            # The peer's stream is over; ours ends when the local end closes.
+    finally:
+        end.close()
