@@ -215,9 +215,8 @@ def got(answer: Json) -> tuple[Header, tuple[KeyValue, ...]]:
 def put_if_absent(key: bytes, value: bytes, lease: int) -> Json:
     """``/v3/kv/txn``: put ``key`` on ``lease`` only if it does not exist; else read it.
 
-    "Does not exist" is ``create_revision == 0``, so the put creates the key
-    and its create revision is then the fencing token: greater than every
-    earlier holder key's, cluster-wide.
+    "Does not exist" is ``create_revision == 0``; the put's revision (the
+    key's create and mod revision) is then the fencing token.
     """
     compare = {"key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
     put = {"request_put": {"key": b64(key), "value": b64(value), "lease": str(lease)}}
@@ -225,15 +224,22 @@ def put_if_absent(key: bytes, value: bytes, lease: int) -> Json:
     return {"compare": [compare], "success": [put, read], "failure": [read]}
 
 
-def delete_if_created(key: bytes, create_revision: int) -> Json:
-    """``/v3/kv/txn``: delete ``key`` only while it is the one created at ``create_revision``."""
-    compare = {
-        "key": b64(key),
-        "target": "CREATE",
-        "result": "EQUAL",
-        "create_revision": str(create_revision),
-    }
-    return {"compare": [compare], "success": [{"request_delete_range": {"key": b64(key)}}]}
+def move(key: bytes, value: bytes, token: int, from_lease: int, to_lease: int) -> Json:
+    """``/v3/kv/txn``: the succession's commit: the holder key, from one reign to the next.
+
+    Only while ``key`` is still the reign ``token`` wrote, on ``from_lease``,
+    is it put again with ``value`` on ``to_lease``; read it either way.  etcd
+    refuses a transaction that deletes and re-creates one key ("duplicate key
+    given in txn request"), so the key's create revision survives the move;
+    its mod revision is the new reign's token.
+    """
+    compare = [
+        {"key": b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": str(token)},
+        {"key": b64(key), "target": "LEASE", "result": "EQUAL", "lease": str(from_lease)},
+    ]
+    put = {"request_put": {"key": b64(key), "value": b64(value), "lease": str(to_lease)}}
+    read = {"request_range": {"key": b64(key)}}
+    return {"compare": compare, "success": [put, read], "failure": [read]}
 
 
 def txn(answer: Json) -> Txn:

@@ -2,12 +2,17 @@
 
 The holder key exists exactly while somebody holds the project, attached to
 the holder's lease, so a holder that dies or is fenced (its lease revoked)
-lets go without a word.  The claim is one transaction: put the key on our
-lease if ``create_revision == 0`` (it does not exist), and read it either
-way.  The key's create revision is the fencing token: etcd's revision only
-grows, cluster-wide, so every later reign's token is greater, and a user's
-own write guarded by ``compare create_revision(holder key) == token`` fails
-once this reign is over (docs/etcd.md, "Fencing your own writes").
+lets go without a word.  A reign begins with exactly one write of that key
+and never writes it again: the claim (put on our lease if
+``create_revision == 0``) or a succession's commit (put on the successor's
+lease while the key is still the incumbent's reign, :func:`commit`).  The
+revision of that write, the key's ``mod_revision``, is the fencing token:
+etcd's revision only grows, cluster-wide, so every later reign's token is
+greater, and a user's own write guarded by ``compare mod_revision(holder
+key) == token`` fails once this reign is over (docs/etcd.md, "Fencing your
+own writes").  For a claimed reign that is also the key's create revision;
+a commit cannot give a new one (etcd refuses to delete and re-create one key
+in a transaction), so the token is the mod revision throughout.
 """
 
 from __future__ import annotations
@@ -44,9 +49,28 @@ async def claim(client: Client, key: bytes, value: bytes, lease: int) -> Held | 
             continue  # the key went between compare and read: try again
         kv = answer.kvs[0]
         if answer.succeeded or kv.lease == lease:
-            return Held(kv.create_revision, lease, kv.value)
+            return Held(kv.mod_revision, lease, kv.value)
         return kv
     raise api.MalformedAnswer(f"the holder key {key!r} kept vanishing during the claim")
+
+
+async def commit(
+    client: Client, key: bytes, value: bytes, incumbent: Held, lease: int
+) -> Held | api.KeyValue | None:
+    """The succession's commit point: move the holder key from ``incumbent``'s reign to ours.
+
+    :class:`Held` once it is ours (also when a retried commit finds it on our
+    lease already); the key as it is when the incumbent's reign is over by
+    other means (fenced, expired, another commit); ``None`` when nobody holds.
+    """
+    body = api.move(key, value, incumbent.token, incumbent.lease, lease)
+    answer = api.txn(await client.call("/v3/kv/txn", body))
+    if not answer.kvs:
+        return None
+    kv = answer.kvs[0]
+    if answer.succeeded or kv.lease == lease:
+        return Held(kv.mod_revision, lease, kv.value)
+    return kv
 
 
 async def holder(client: Client, key: bytes) -> api.KeyValue | None:
@@ -58,4 +82,4 @@ async def holder(client: Client, key: bytes) -> api.KeyValue | None:
 async def still_held(client: Client, key: bytes, held: Held) -> bool:
     """Whether ``held`` is still the reign etcd records (linearizable: ``check_current()``)."""
     kv = await holder(client, key)
-    return kv is not None and kv.create_revision == held.token and kv.lease == held.lease
+    return kv is not None and kv.mod_revision == held.token and kv.lease == held.lease

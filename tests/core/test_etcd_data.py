@@ -123,6 +123,20 @@ def test_a_txn_reads_its_ranges_and_branch() -> None:
     assert not api.txn({"responses": []}).succeeded
 
 
+def test_the_commit_compares_the_reigns_token_and_lease() -> None:
+    body = api.move(b"k", b"v", token=41, from_lease=7, to_lease=8)
+    assert body["compare"] == [
+        {"key": api.b64(b"k"), "target": "MOD", "result": "EQUAL", "mod_revision": "41"},
+        {"key": api.b64(b"k"), "target": "LEASE", "result": "EQUAL", "lease": "7"},
+    ]
+    assert body["success"][0]["request_put"] == {
+        "key": api.b64(b"k"),
+        "value": api.b64(b"v"),
+        "lease": "8",
+    }
+    assert body["failure"] == [{"request_range": {"key": api.b64(b"k")}}]
+
+
 def test_put_if_absent_compares_the_create_revision_with_zero() -> None:
     body = api.put_if_absent(b"k", b"v", 8)
     assert body["compare"] == [

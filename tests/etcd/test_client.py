@@ -9,7 +9,7 @@ import pytest
 
 from highlander._core.errors import EtcdError, EtcdUnavailableError
 from highlander._etcd import api
-from highlander._etcd.claim import Held, claim, holder, still_held
+from highlander._etcd.claim import Held, claim, commit, holder, still_held
 from highlander._etcd.client import Client
 from highlander._etcd.endpoints import Target, parse
 from tests.support.etcd_cluster import Cluster, free_port
@@ -54,7 +54,8 @@ async def test_one_claim_wins_and_the_other_reads_the_holder(etcd: Cluster) -> N
         assert isinstance(won, Held)
         assert won.lease == first
         assert isinstance(lost, api.KeyValue)
-        assert (lost.lease, lost.value, lost.create_revision) == (first, b"first", won.token)
+        assert (lost.lease, lost.value, lost.mod_revision) == (first, b"first", won.token)
+        assert lost.create_revision == won.token  # a claimed reign: create == mod
         assert await still_held(client, key, won)
 
 
@@ -87,7 +88,7 @@ async def test_the_fencing_token_grows_from_reign_to_reign(etcd: Cluster) -> Non
 
 
 async def test_a_write_guarded_by_an_old_token_fails(etcd: Cluster) -> None:
-    # docs/etcd.md "Fencing your own writes": compare create_revision(holder) == token.
+    # docs/etcd.md "Fencing your own writes": compare mod_revision(holder) == token.
     key = _key()
     data = key + b"/data"
     async with Client(_target(etcd)) as client:
@@ -101,9 +102,9 @@ async def test_a_write_guarded_by_an_old_token_fails(etcd: Cluster) -> None:
         def guarded(token: int, value: bytes) -> api.Json:
             compare = {
                 "key": api.b64(key),
-                "target": "CREATE",
+                "target": "MOD",
                 "result": "EQUAL",
-                "create_revision": str(token),
+                "mod_revision": str(token),
             }
             put = {"request_put": {"key": api.b64(data), "value": api.b64(value)}}
             return {"compare": [compare], "success": [put]}
@@ -113,6 +114,48 @@ async def test_a_write_guarded_by_an_old_token_fails(etcd: Cluster) -> None:
         assert (stale.succeeded, fresh.succeeded) == (False, True)
         _, kvs = api.got(await client.call("/v3/kv/range", api.get(data)))
         assert [kv.value for kv in kvs] == [b"fresh"]
+
+
+async def test_the_commit_moves_the_holder_key_to_the_successor_once(etcd: Cluster) -> None:
+    key = _key()
+    async with Client(_target(etcd)) as client:
+        old_lease, new_lease, third_lease = [await _lease(client) for _ in range(3)]
+        incumbent = await claim(client, key, b"incumbent", old_lease)
+        assert isinstance(incumbent, Held)
+        successor = await commit(client, key, b"successor", incumbent, new_lease)
+        assert isinstance(successor, Held)
+        assert successor.token > incumbent.token  # a new reign, a greater token
+        assert not await still_held(client, key, incumbent)
+        assert await still_held(client, key, successor)
+        # A retried commit (its first answer lost) finds the key on our lease: won.
+        assert await commit(client, key, b"successor", incumbent, new_lease) == successor
+        # Nobody else can commit from the old reign any more.
+        late = await commit(client, key, b"third", incumbent, third_lease)
+        assert isinstance(late, api.KeyValue)
+        assert (late.lease, late.value) == (new_lease, b"successor")
+        # The old lease's end no longer takes the key with it: it moved.
+        await client.call("/v3/lease/revoke", api.revoke(old_lease))
+        assert await still_held(client, key, successor)
+        await client.call("/v3/lease/revoke", api.revoke(new_lease))
+        assert await commit(client, key, b"x", successor, third_lease) is None
+
+
+async def test_a_write_guarded_by_the_predecessors_token_fails_after_the_commit(
+    etcd: Cluster,
+) -> None:
+    key = _key()
+    data = key + b"/data"
+    async with Client(_target(etcd)) as client:
+        incumbent = await claim(client, key, b"i", await _lease(client))
+        assert isinstance(incumbent, Held)
+        successor = await commit(client, key, b"n", incumbent, await _lease(client))
+        assert isinstance(successor, Held)
+        guard = {"key": api.b64(key), "target": "MOD", "result": "EQUAL"}
+        put = [{"request_put": {"key": api.b64(data), "value": ""}}]
+        stale = {"compare": [{**guard, "mod_revision": str(incumbent.token)}], "success": put}
+        fresh = {"compare": [{**guard, "mod_revision": str(successor.token)}], "success": put}
+        assert not api.txn(await client.call("/v3/kv/txn", stale)).succeeded
+        assert api.txn(await client.call("/v3/kv/txn", fresh)).succeeded
 
 
 async def test_a_watch_delivers_every_change_in_order_from_a_revision(etcd: Cluster) -> None:
