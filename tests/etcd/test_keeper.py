@@ -99,3 +99,19 @@ async def test_with_no_member_answering_the_holder_lets_go_before_the_lease_can_
         # the lease: counted from the newest answered keepalive's *send*.
         assert clock.valid_until <= let_go < clock.earliest_end
         assert keeper.sent > keeper.answered
+
+
+async def test_the_holder_stops_at_its_bound_before_the_keepalive_loop_notices(
+    etcd: Cluster,
+) -> None:
+    # A process resumed after a SIGSTOP: its main thread asks before the keeper's
+    # thread has run; the answer must come from the clock, not from the loop.
+    now = [0.0]
+    async with Client(parse(etcd.backend, {})) as client:
+        held, clock = await grant(client, TTL, now=lambda: now[0])
+        keeper = Keeper(client, held, clock, now=lambda: now[0])
+        assert keeper.holds()
+        now[0] = clock.valid_until
+        assert keeper.why is None  # the loop never ran
+        assert not keeper.holds()
+        await keeper.revoke()

@@ -1,0 +1,187 @@
+"""One process's session with etcd: a client and a lease, kept on a thread of their own.
+
+The lease must be renewed whatever the application does with its own event
+loop (or without one: the sync API has none), so the client, the keeper and
+the watches run on a private anyio loop in a daemon thread, reached through
+a blocking portal.  Blocking the application's loop for a second must not
+cost it the project; starving the whole process is what the lease bound is
+for (:mod:`highlander._core.lease`).
+
+A holder's record in etcd is the holder key's value: JSON naming the host
+(``HIGHLANDER_HOST_ID``, else the boot id: containers that share a kernel
+must set it), the boot id, and the process (pid, start time, executable,
+uid), so a newcomer on the same boot can verify it against ``/proc`` and
+one elsewhere knows it cannot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import anyio.from_thread
+
+from highlander._core.errors import ConfigurationError
+from highlander._core.lease import MIN_TTL
+from highlander._etcd import api
+from highlander._etcd.claim import Held, claim, holder, still_held
+from highlander._etcd.client import Client
+from highlander._etcd.endpoints import Target
+from highlander._etcd.keeper import Keeper, grant
+from highlander._host.identity import boot_id, own_identity
+
+HOST_VAR = "HIGHLANDER_HOST_ID"
+PREFIX_VAR = "HIGHLANDER_ETCD_PREFIX"
+DEFAULT_PREFIX = "/highlander/"
+
+
+def host_id(environ: Mapping[str, str]) -> str:
+    """This host's name in holder records: ``HIGHLANDER_HOST_ID``, else the boot id."""
+    named = environ.get(HOST_VAR, "").strip()
+    return named or boot_id()
+
+
+def project_root(project_id: str, environ: Mapping[str, str]) -> bytes:
+    """The key prefix of one project: ``<prefix><sha256(project id)>/``.
+
+    Hashed, so a project id (a repository URL) is not spelled out in key
+    names and any id fits; the prefix is ``HIGHLANDER_ETCD_PREFIX``
+    (default ``/highlander/``), the one a least-privilege role is given.
+    """
+    prefix = environ.get(PREFIX_VAR, "") or DEFAULT_PREFIX
+    if not prefix.startswith("/") or not prefix.endswith("/"):
+        raise ConfigurationError(f"{PREFIX_VAR}={prefix!r}: write it as /name/ (slashes around)")
+    digest = hashlib.sha256(project_id.encode("utf-8")).hexdigest()
+    return f"{prefix}{digest}/".encode()
+
+
+def holder_key(root: bytes) -> bytes:
+    """The key that exists exactly while somebody holds the project."""
+    return root + b"holder"
+
+
+@dataclass(frozen=True)
+class HolderValue:
+    """Who holds, as the holder key says."""
+
+    host: str
+    boot_id: str
+    pid: int
+    start_time: int
+    exe: str
+    uid: int
+    app: str
+
+    def encode(self) -> bytes:
+        """The holder key's value."""
+        return json.dumps(self.__dict__, sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> HolderValue | None:
+        """The value back; ``None`` for one that is not a holder's (damaged, foreign)."""
+        try:
+            fields = json.loads(raw)
+            return cls(**{name: fields[name] for name in cls.__dataclass_fields__})
+        except (ValueError, TypeError, KeyError):
+            return None
+
+    @classmethod
+    def mine(cls, app: str, environ: Mapping[str, str]) -> HolderValue:
+        """This process, as it would name itself in the holder key."""
+        me = own_identity()
+        return cls(host_id(environ), boot_id(), me.pid, me.start_time, me.exe, me.uid, app)
+
+
+class Session:
+    """A client and one lease on a private loop; ``close()`` ends both."""
+
+    def __init__(self, target: Target, *, ttl: int = MIN_TTL) -> None:
+        """Start the session's thread (nothing is sent to etcd yet)."""
+        self.target = target
+        self.ttl = ttl
+        self._portal_cm = anyio.from_thread.start_blocking_portal(name="highlander-etcd")
+        self._portal = self._portal_cm.__enter__()
+        self.client = Client(target)
+        self._portal.call(self.client.__aenter__)
+        self.keeper: Keeper | None = None
+        self.held: Held | None = None
+        self._kept: Future[Any] | None = None
+        self._lost: list[Callable[[str], None]] = []
+        self._lock = threading.Lock()
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run the coroutine function ``fn(*args)`` on the session's loop and wait for it."""
+        return self._portal.call(fn, *args)
+
+    def on_lost(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(why)`` (on the session's thread) when the reign's lease is lost."""
+        self._lost.append(callback)
+
+    def claim(self, key: bytes, value: bytes) -> Held | api.KeyValue:
+        """Hold ``key`` if nobody does (then keep its lease alive), or the holder's key."""
+        if self.keeper is None:
+            lease, clock = self._portal.call(grant, self.client, self.ttl)
+            self.keeper = Keeper(self.client, lease, clock)
+            self._kept = self._portal.start_task_soon(self.keeper.run)
+            self._kept.add_done_callback(self._ended)
+        result: Held | api.KeyValue = self._portal.call(
+            claim, self.client, key, value, self.keeper.lease
+        )
+        if isinstance(result, Held):
+            self.held = result
+        return result
+
+    def _ended(self, done: Future[Any]) -> None:
+        if done.cancelled():
+            return
+        why = done.result() if done.exception() is None else f"keeper failed: {done.exception()}"
+        for callback in self._lost:
+            with contextlib.suppress(Exception):  # one callback's failure must not hide the rest
+                callback(why)
+
+    def holds(self) -> bool:
+        """Whether this process may act as holder now, by its own clock (no request)."""
+        return self.held is not None and self.keeper is not None and self.keeper.holds()
+
+    def check(self, key: bytes) -> bool:
+        """:meth:`holds`, and etcd confirms it now (a linearizable read: ``check_current()``)."""
+        held = self.held
+        if held is None or not self.holds():
+            return False
+        confirmed = bool(self._portal.call(still_held, self.client, key, held))
+        return confirmed and self.holds()  # the read may have outlasted the bound
+
+    def holder(self, key: bytes) -> api.KeyValue | None:
+        """The holder key now (linearizable), or ``None`` while nobody holds."""
+        result: api.KeyValue | None = self._portal.call(holder, self.client, key)
+        return result
+
+    def close(self, *, revoke: bool = True) -> None:
+        """End the session: revoke the lease (its keys go with it) unless told not to."""
+        with self._lock:
+            if self._portal_cm is None:
+                return
+            portal_cm, self._portal_cm = self._portal_cm, None  # type: ignore[assignment]
+        keeper, self.held = self.keeper, None
+        if keeper is not None and revoke:
+            with contextlib.suppress(Exception):  # a cluster that is gone ends the lease by TTL
+                self._portal.call(keeper.revoke)
+        if self._kept is not None:
+            self._kept.cancel()
+        with contextlib.suppress(Exception):
+            self._portal.call(self.client.__aexit__, None, None, None)
+        portal_cm.__exit__(None, None, None)
+
+
+def session_for(backend: str, environ: Mapping[str, str] | None = None) -> Session:
+    """A :class:`Session` for the ``etcd://`` URL ``backend`` and the ``HIGHLANDER_ETCD_*``."""
+    from highlander._etcd.endpoints import parse  # noqa: PLC0415
+
+    return Session(parse(backend, os.environ if environ is None else environ))
