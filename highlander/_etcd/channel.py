@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 import anyio
@@ -89,27 +89,31 @@ class Channel:
         """End this side's stream."""
         await self._put(self._name(self.side, FIN), b"")
 
-    async def chunks(self) -> AsyncIterator[bytes]:
+    async def chunks(self) -> AsyncGenerator[bytes, None]:
         """The other side's chunks in order, until its ``fin`` or the end of its lease."""
         theirs = self._base + _SIDES[self._other] + b"/"
         expected = 0
-        async for event in self.client.watch(theirs, self.since + 1, prefix=True):
-            leaf = event.kv.key[len(theirs) :]
-            if event.kind == "delete" or leaf == FIN:
-                return  # its lease ended (it died, or was fenced), or it said so
-            if leaf == HERE:
-                continue
-            try:
-                number = int(leaf, 16)
-            except ValueError as exc:
-                raise ChannelBroken(f"a key that is no chunk: {event.kv.key!r}") from exc
-            if number != expected:
-                raise ChannelBroken(f"chunk {number} where {expected} was due")
-            try:
-                yield sealing.unseal(self.key, self._other, number, event.kv.key, event.kv.value)
-            except sealing.Unsealable as exc:
-                raise ChannelBroken(str(exc)) from exc
-            expected += 1
+        watch = self.client.watch(theirs, self.since + 1, prefix=True)
+        async with contextlib.aclosing(watch) as events:
+            async for event in events:
+                leaf = event.kv.key[len(theirs) :]
+                if event.kind == "delete" or leaf == FIN:
+                    return  # its lease ended (it died, or was fenced), or it said so
+                if leaf == HERE:
+                    continue
+                try:
+                    number = int(leaf, 16)
+                except ValueError as exc:
+                    raise ChannelBroken(f"a key that is no chunk: {event.kv.key!r}") from exc
+                if number != expected:
+                    raise ChannelBroken(f"chunk {number} where {expected} was due")
+                try:
+                    yield sealing.unseal(
+                        self.key, self._other, number, event.kv.key, event.kv.value
+                    )
+                except sealing.Unsealable as exc:
+                    raise ChannelBroken(str(exc)) from exc
+                expected += 1
 
     async def forget(self) -> None:
         """Delete every key of the conversation (the newcomer, once it is over)."""
@@ -126,17 +130,20 @@ async def open_channel(client: Client, root: bytes, lease: int, channel_key: byt
     return channel
 
 
-async def incoming(client: Client, root: bytes, since: int) -> AsyncIterator[tuple[bytes, int]]:
+async def incoming(
+    client: Client, root: bytes, since: int
+) -> AsyncGenerator[tuple[bytes, int], None]:
     """``(conversation id, revision)`` of every conversation opened after revision ``since``."""
     prefix = conversations(root)
-    async for event in client.watch(prefix, since + 1, prefix=True):
-        rest = event.kv.key[len(prefix) :]
-        if event.kind != "put" or not rest.endswith(b"/n/" + HERE):
-            continue
-        with contextlib.suppress(ValueError):
-            conversation = bytes.fromhex(rest[: -len(b"/n/" + HERE)].decode("ascii"))
-            if len(conversation) == sealing.CONVERSATION_ID_BYTES:
-                yield conversation, event.kv.mod_revision
+    async with contextlib.aclosing(client.watch(prefix, since + 1, prefix=True)) as events:
+        async for event in events:
+            rest = event.kv.key[len(prefix) :]
+            if event.kind != "put" or not rest.endswith(b"/n/" + HERE):
+                continue
+            with contextlib.suppress(ValueError):
+                conversation = bytes.fromhex(rest[: -len(b"/n/" + HERE)].decode("ascii"))
+                if len(conversation) == sealing.CONVERSATION_ID_BYTES:
+                    yield conversation, event.kv.mod_revision
 
 
 def accept_channel(
@@ -172,16 +179,17 @@ async def bridge(channel: Channel, end: socket.socket) -> None:
 
     async def inbound() -> None:
         with contextlib.suppress(ChannelBroken):
-            async for chunk in channel.chunks():
-                view = memoryview(chunk)
-                while view:
-                    await anyio.wait_writable(end)
-                    try:
-                        view = view[end.send(view) :]
-                    except BlockingIOError:
-                        continue
-                    except OSError:
-                        return  # the local end closed: nobody is left to read
+            async with contextlib.aclosing(channel.chunks()) as chunks:
+                async for chunk in chunks:
+                    view = memoryview(chunk)
+                    while view:
+                        await anyio.wait_writable(end)
+                        try:
+                            view = view[end.send(view) :]
+                        except BlockingIOError:
+                            continue
+                        except OSError:
+                            return  # the local end closed: nobody is left to read
         with contextlib.suppress(OSError):
             end.shutdown(socket.SHUT_WR)
 

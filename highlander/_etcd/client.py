@@ -25,8 +25,9 @@ moves them.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import anyio
@@ -57,6 +58,20 @@ class WatchCompacted(EtcdError):  # noqa: N818 - a condition the caller handles,
             f"etcd compacted history up to revision {compact_revision}", api.OUT_OF_RANGE
         )
         self.compact_revision = compact_revision
+
+
+async def _lines(raw: AsyncGenerator[bytes, None]) -> AsyncGenerator[api.Json, None]:
+    """The JSON objects of a newline-delimited stream (a watch's answer)."""
+    pending = b""
+    async for data in raw:
+        pending += data
+        *complete, pending = pending.split(b"\n")
+        for line in complete:
+            if line.strip():
+                message = json.loads(line)
+                if not isinstance(message, dict):
+                    raise api.MalformedAnswer("a watch line that is not a JSON object")
+                yield message
 
 
 class _Retry(Exception):  # noqa: N818 - internal control flow
@@ -213,7 +228,7 @@ class Client:
 
     async def watch(
         self, key: bytes, start_revision: int, *, prefix: bool = False, idle: float = WATCH_IDLE
-    ) -> AsyncIterator[api.Event]:
+    ) -> AsyncGenerator[api.Event, None]:
         """Every change of ``key`` (or under it) from ``start_revision`` on, in order, for ever.
 
         Resumes on another member when its member goes or stays silent for
@@ -228,17 +243,21 @@ class Client:
             endpoint = self.target.endpoints[index]
             try:
                 headers = await self._auth(index, self.timeout)
-                async with self._http.stream(
-                    "POST",
-                    endpoint + "/v3/watch",
-                    json=api.watch(key, following, prefix=prefix),
-                    headers=headers,
-                    timeout=httpx2.Timeout(self.timeout, read=idle),
-                ) as response:
-                    async for line in response.aiter_lines():
-                        if not line.strip():
-                            continue
-                        message = json.loads(line)
+                async with (
+                    self._http.stream(
+                        "POST",
+                        endpoint + "/v3/watch",
+                        json=api.watch(key, following, prefix=prefix),
+                        headers=headers,
+                        timeout=httpx2.Timeout(self.timeout, read=idle),
+                    ) as response,
+                    # aiter_raw closes the connection's own stream when it is closed;
+                    # aiter_lines leaves generators below it to the garbage collector,
+                    # which trio reports (and a watch is always left half read).
+                    contextlib.aclosing(response.aiter_raw()) as raw,
+                    contextlib.aclosing(_lines(raw)) as messages,
+                ):
+                    async for message in messages:
                         failure = api.error_of(message)
                         if failure is not None:
                             raise _Retry(failure[1])

@@ -12,6 +12,7 @@ started here (tests/support/etcd_cluster.py) and ended by pid.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import socket
 import statistics
@@ -53,9 +54,10 @@ async def _frame_round_trips(client: Client, rounds: int) -> list[float]:
     start = api.header(await client.call("/v3/kv/range", api.get(root))).revision
     lease = api.granted(await client.call("/v3/lease/grant", api.grant(30)))[0]
     newcomer = await open_channel(client, root, lease, key)
-    async for conversation, revision in incoming(client, root, start):
-        holder = accept_channel(client, root, conversation, revision, lease, key)
-        break
+    async with contextlib.aclosing(incoming(client, root, start)) as opened:
+        async for conversation, revision in opened:
+            holder = accept_channel(client, root, conversation, revision, lease, key)
+            break
     n_app, n_end = socket.socketpair()
     i_app, i_end = socket.socketpair()
     for sock in (n_app, i_app):

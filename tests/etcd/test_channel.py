@@ -7,11 +7,12 @@ SAVED with a handoff, ACK) through the shell's ``send_message`` and
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import anyio
 import pytest
@@ -35,13 +36,24 @@ from highlander._shell.wire import receive_event, send_message
 from tests.support.core import build_hello, build_save
 from tests.support.etcd_cluster import Cluster
 
-pytestmark = pytest.mark.anyio
+pytestmark = [
+    pytest.mark.anyio,
+    # httpcore2's PoolByteStream.__aiter__ is an async generator that httpx2 iterates
+    # without closing, so a watch left half read (every watch is) leaves it to the
+    # garbage collector, which trio reports. Upstream: pydantic/httpx2#1036 (open),
+    # encode/httpx#3777. Only that generator; our own are closed (aclosing).
+    pytest.mark.filterwarnings(
+        "ignore:Exception ignored in. <async_generator object PoolByteStream.__aiter__"
+        ":pytest.PytestUnraisableExceptionWarning"
+    ),
+]
 SECRET = b"the application's state, which no etcd operator may read"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    # The client is anyio's: it must run on both (issue #15).
+    return str(request.param)
 
 
 def _root() -> bytes:
@@ -56,9 +68,10 @@ async def _lease(client: Client) -> int:
     return api.granted(await client.call("/v3/lease/grant", api.grant(10)))[0]
 
 
-async def _first(stream: AsyncIterator[tuple[bytes, int]]) -> tuple[bytes, int]:
-    async for item in stream:
-        return item
+async def _first(stream: AsyncGenerator[tuple[bytes, int], None]) -> tuple[bytes, int]:
+    async with contextlib.aclosing(stream) as items:
+        async for item in items:
+            return item
     raise AssertionError("the stream ended")
 
 
@@ -121,9 +134,10 @@ async def test_what_etcd_stores_is_sealed(etcd: Cluster) -> None:
         assert SECRET not in values
         assert b"no etcd operator" not in values
         with anyio.fail_after(10):
-            async for chunk in newcomer.chunks():
-                assert chunk == SECRET
-                break
+            async with contextlib.aclosing(newcomer.chunks()) as chunks:
+                async for chunk in chunks:
+                    assert chunk == SECRET
+                    break
 
 
 async def test_a_peer_with_another_token_reads_nothing(etcd: Cluster) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 
 import anyio
@@ -14,12 +15,23 @@ from highlander._etcd.client import Client
 from highlander._etcd.endpoints import Target, parse
 from tests.support.etcd_cluster import Cluster, free_port
 
-pytestmark = pytest.mark.anyio
+pytestmark = [
+    pytest.mark.anyio,
+    # httpcore2's PoolByteStream.__aiter__ is an async generator that httpx2 iterates
+    # without closing, so a watch left half read (every watch is) leaves it to the
+    # garbage collector, which trio reports. Upstream: pydantic/httpx2#1036 (open),
+    # encode/httpx#3777. Only that generator; our own are closed (aclosing).
+    pytest.mark.filterwarnings(
+        "ignore:Exception ignored in. <async_generator object PoolByteStream.__aiter__"
+        ":pytest.PytestUnraisableExceptionWarning"
+    ),
+]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    # The client is anyio's: it must run on both (issue #15).
+    return str(request.param)
 
 
 def _key() -> bytes:
@@ -167,10 +179,11 @@ async def test_a_watch_delivers_every_change_in_order_from_a_revision(etcd: Clus
             await client.call("/v3/kv/put", {"key": api.b64(prefix + b"/%d" % i), "value": ""})
         seen = []
         with anyio.fail_after(10):
-            async for event in client.watch(prefix, start, prefix=True):
-                seen.append(event.kv.key)
-                if len(seen) == 3:
-                    break
+            async with contextlib.aclosing(client.watch(prefix, start, prefix=True)) as events:
+                async for event in events:
+                    seen.append(event.kv.key)
+                    if len(seen) == 3:
+                        break
         assert kvs == ()
         assert seen == [prefix + b"/%d" % i for i in range(3)]
 
@@ -200,15 +213,17 @@ async def test_a_watch_resumes_on_another_member_without_loss_or_repeat(faulty: 
 
         await write(0)
         seen: list[bytes] = []
+        watch = reader.watch(prefix, start, prefix=True, idle=1.0)
         with anyio.fail_after(30):
-            async for event in reader.watch(prefix, start, prefix=True, idle=1.0):
-                seen.append(event.kv.key)
-                if len(seen) == 1:
-                    faulty.kill(watched)  # the stream's member goes mid-watch
-                    for i in range(1, 4):
-                        await write(i)
-                if len(seen) == 4:
-                    break
+            async with contextlib.aclosing(watch) as events:
+                async for event in events:
+                    seen.append(event.kv.key)
+                    if len(seen) == 1:
+                        faulty.kill(watched)  # the stream's member goes mid-watch
+                        for i in range(1, 4):
+                            await write(i)
+                    if len(seen) == 4:
+                        break
         assert seen == [prefix + b"/%d" % i for i in range(4)]
         assert reader.endpoint != watched.endpoint
 
