@@ -89,6 +89,18 @@ async def _read_all(sock: socket.socket) -> bytes:
         data += chunk
 
 
+async def _bridged_read(channel: Channel) -> bytes:
+    """Everything the peer's stream delivers through a bridge, up to its end."""
+    app, end = socket.socketpair()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(bridge, channel, end)
+            try:
+                return await _read_all(app)
+            finally:
+                app.close()
+
+
 async def _pair(
     client: Client, root: bytes, newcomer_key: bytes, holder_key: bytes
 ) -> tuple[Channel, Channel]:
@@ -147,13 +159,8 @@ async def test_a_peer_with_another_token_reads_nothing(etcd: Cluster) -> None:
             client, root, _channel_key(), _channel_key(b"another-token-0123")
         )
         await holder.send(SECRET)
-        n_app, n_end = socket.socketpair()
-        with anyio.fail_after(10):
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(bridge, newcomer, n_end)
-                # What does not open is not delivered: the local end sees EOF.
-                assert await _read_all(n_app) == b""
-                n_app.close()
+        # What does not open is not delivered: the local end sees EOF.
+        assert await _bridged_read(newcomer) == b""
 
 
 async def test_a_peer_whose_lease_ends_is_an_eof(etcd: Cluster) -> None:
@@ -161,13 +168,8 @@ async def test_a_peer_whose_lease_ends_is_an_eof(etcd: Cluster) -> None:
     async with Client(parse(etcd.backend, {})) as client:
         newcomer, holder = await _pair(client, root, _channel_key(), _channel_key())
         await holder.send(b"part of a frame")
-        n_app, n_end = socket.socketpair()
-        with anyio.fail_after(10):
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(bridge, newcomer, n_end)
-                await client.call("/v3/lease/revoke", api.revoke(holder.lease))  # it died
-                assert await _read_all(n_app) == b"part of a frame"
-                n_app.close()
+        await client.call("/v3/lease/revoke", api.revoke(holder.lease))  # it died
+        assert await _bridged_read(newcomer) == b"part of a frame"
 
 
 async def test_chunks_out_of_order_break_the_stream(etcd: Cluster) -> None:
@@ -176,12 +178,7 @@ async def test_chunks_out_of_order_break_the_stream(etcd: Cluster) -> None:
         newcomer, holder = await _pair(client, root, _channel_key(), _channel_key())
         holder._sent = 1  # a forger skips chunk 0
         await holder.send(b"x")
-        n_app, n_end = socket.socketpair()
-        with anyio.fail_after(10):
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(bridge, newcomer, n_end)
-                assert await _read_all(n_app) == b""
-                n_app.close()
+        assert await _bridged_read(newcomer) == b""
 
 
 async def test_the_protocols_handshake_runs_over_etcd_unchanged(etcd: Cluster) -> None:
