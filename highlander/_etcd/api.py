@@ -282,6 +282,29 @@ def watch_batch(message: Json) -> WatchBatch:
     )
 
 
+#: The oldest etcd Highlander trusts in production: 3.5.0-3.5.2 could lose data
+#: consistency when a member was killed under load, and lease and watch fixes
+#: went on until 3.5.13.
+TRUSTED_VERSION = (3, 5, 13)
+
+
+def version_warning(answer: Json) -> str | None:
+    """What to warn about the server version in a ``/v3/maintenance/status`` answer, if anything."""
+    spelled = str(answer.get("version", ""))
+    try:
+        version = tuple(int(part) for part in spelled.split("-", maxsplit=1)[0].split(".")[:3])
+    except ValueError:
+        return f"etcd reports version {spelled!r}, which Highlander cannot read"
+    if len(version) == 3 and version >= TRUSTED_VERSION:
+        return None
+    trusted = ".".join(map(str, TRUSTED_VERSION))
+    return (
+        f"etcd {spelled} is older than {trusted}: upgrade the cluster before production use "
+        "(3.5.0-3.5.2 could lose consistency when a member was killed under load; lease and "
+        f"watch fixes went on until {trusted}); docs/etcd.md"
+    )
+
+
 def authenticate(name: str, password: str) -> Json:
     """``/v3/auth/authenticate``: a token for etcd user ``name``."""
     return {"name": name, "password": password}

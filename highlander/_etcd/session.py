@@ -36,6 +36,7 @@ from highlander._etcd.client import Client
 from highlander._etcd.endpoints import Target
 from highlander._etcd.keeper import Keeper, grant
 from highlander._host.identity import boot_id, own_identity
+from highlander._host.log import warn_once
 
 HOST_VAR = "HIGHLANDER_HOST_ID"
 PREFIX_VAR = "HIGHLANDER_ETCD_PREFIX"
@@ -110,6 +111,7 @@ class Session:
         self._portal = self._portal_cm.__enter__()
         self.client = Client(target)
         self._portal.call(self.client.__aenter__)
+        self._checked_version = False
         self.keeper: Keeper | None = None
         self.held: Held | None = None
         self._kept: Future[Any] | None = None
@@ -126,6 +128,12 @@ class Session:
 
     def claim(self, key: bytes, value: bytes) -> Held | api.KeyValue:
         """Hold ``key`` if nobody does (then keep its lease alive), or the holder's key."""
+        if not self._checked_version:
+            self._checked_version = True
+            status = self._portal.call(self.client.call, "/v3/maintenance/status", {})
+            warning = api.version_warning(status)
+            if warning is not None:
+                warn_once(f"etcd-version:{status.get('version')}", "etcd_version", detail=warning)
         if self.keeper is None:
             lease, clock = self._portal.call(grant, self.client, self.ttl)
             self.keeper = Keeper(self.client, lease, clock)

@@ -186,3 +186,24 @@ def test_a_grant_without_a_lease_is_refused() -> None:
     assert api.granted({"ID": "5", "TTL": "5"}) == (5, 5)
     with pytest.raises(api.MalformedAnswer):
         api.granted({"error": "too many leases"})
+
+
+@pytest.mark.parametrize(
+    ("version", "warned"),
+    [
+        ("3.5.13", False),
+        ("3.5.17", False),
+        ("3.6.0", False),
+        ("3.5.12", True),
+        ("3.5.1", True),
+        ("3.4.23", True),
+        ("3.5.13-rc.0", False),
+        ("", True),
+        ("three", True),
+    ],
+)
+def test_an_etcd_older_than_3_5_13_is_warned_about(version: str, warned: bool) -> None:
+    warning = api.version_warning({"version": version})
+    assert (warning is not None) == warned
+    if warned and version[:1].isdigit():
+        assert "older than 3.5.13" in warning  # type: ignore[operator]
