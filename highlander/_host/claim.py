@@ -39,7 +39,7 @@ import time
 from highlander._core.errors import ForeignHolderError
 from highlander._core.values import Value
 from highlander._host.event_log import Event, Outcome
-from highlander._host.fencing import read_floor, store_floor
+from highlander._host.fencing import read_floor, read_floor_owed, store_floor
 from highlander._host.files import cannot_hold, lstat_problem, open_regular
 from highlander._host.identity import Expected, boot_id, cmdline, fd_holds_flock, own_identity
 from highlander._host.record import (
@@ -312,11 +312,12 @@ def publish_record(
         # Not a record (a FIFO, a symlink, ...): the write below replaces it.
         settings.events.emit(Event.UNSAFE_FILE, path=settings.paths.state, reason=why)
     floor = max(lock.stored_generation(), successor_of or 0, read_floor(settings.floor_path))
-    owed = owed_exits(previous, None, lock.stored_owed())
+    copies = [*lock.stored_owed(), *read_floor_owed(settings.floor_path)]
+    owed = owed_exits(previous, None, copies)
     record = new_record(settings, previous, successor_of=successor_of, floor=floor, owed=owed)
     write_record(settings.paths.state, record)
     lock.store_generation(record.generation, owed)
-    store_floor(settings.floor_path, record.generation)
+    store_floor(settings.floor_path, record.generation, owed)
     return record, owed
 
 

@@ -8,6 +8,12 @@ empty.  So every claim also writes the generation it took to
 ``~/.local/state/highlander/generations/<app>-<project hash>``, and every
 claim starts above it.
 
+The floor keeps a third copy of the reign's debts of exit too (the line after
+the generation, as in the lock file: :func:`~highlander._host.record.owed_copy`),
+so that a deposed process still owed an exit is not forgotten when the lock
+file is deleted or replaced *and* the record damaged while its debtor cannot
+act (reliability.md, issue #16).
+
 The floor is a floor, not a lock: it is read and written by whoever holds
 the project's lock, never decides who holds anything, and a missing or
 unreadable floor (no home, a read-only home) only loses this extra
@@ -20,10 +26,19 @@ import contextlib
 import os
 from collections.abc import Mapping
 
+from highlander._host.record import owed_copy, read_owed_copy
 from highlander._host.rendezvous import home_dir
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from highlander._host.identity import Expected
 
 #: Digits in a stored generation at most (the protocol's integers are 63-bit).
 _DIGITS = 20
+#: Bytes read for the debts' line (as much as the lock file's copy is read).
+_OWED_BYTES = 64 * 1024
 # O_NONBLOCK: a FIFO planted at the path fails at once (ENXIO) instead of hanging.
 _WRITE = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -38,23 +53,33 @@ def floor_path(base: str, env: Mapping[str, str]) -> str | None:
 
 def read_floor(path: str | None) -> int:
     """The last generation stored at ``path``; 0 if none or unreadable."""
-    if path is None:
-        return 0
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return 0
-    try:
-        data = os.read(fd, _DIGITS + 2).split(b"\n", 1)[0]
-    except OSError:
-        return 0
-    finally:
-        os.close(fd)
+    data = _read(path, _DIGITS + 2).split(b"\n", 1)[0]
     return int(data) if data.isdigit() and len(data) <= _DIGITS else 0
 
 
-def store_floor(path: str | None, generation: int) -> None:
-    """Remember ``generation`` at ``path`` (best effort: see the module docstring)."""
+def read_floor_owed(path: str | None) -> list[list[Any]]:
+    """The copy of the debts of exit stored after the generation; ``[]`` if none or damaged."""
+    line, complete, _ = _read(path, _OWED_BYTES).partition(b"\n")[2].partition(b"\n")
+    return read_owed_copy(line) if complete else []
+
+
+def _read(path: str | None, size: int) -> bytes:
+    if path is None:
+        return b""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    try:
+        return os.pread(fd, size, 0)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
+def store_floor(path: str | None, generation: int, owed: tuple[Expected, ...] = ()) -> None:
+    """Remember ``generation`` and the reign's debts at ``path`` (best effort: see above)."""
     if path is None:
         return
     with contextlib.suppress(OSError):
@@ -64,7 +89,7 @@ def store_floor(path: str | None, generation: int) -> None:
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
             fd = os.open(path, _WRITE, 0o600)
         try:
-            data = f"{generation}\n".encode()
+            data = f"{generation}\n".encode() + owed_copy(owed)
             os.pwrite(fd, data, 0)
             os.ftruncate(fd, len(data))
         finally:

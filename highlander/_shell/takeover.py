@@ -13,7 +13,7 @@ from highlander._core.errors import HighlanderError, RemoteProtocolError, Unsafe
 from highlander._core.values import Value
 from highlander._host.claim import ProjectLock, Reign, new_record
 from highlander._host.event_log import Event, Outcome
-from highlander._host.fencing import read_floor, store_floor
+from highlander._host.fencing import read_floor, read_floor_owed, store_floor
 from highlander._host.files import current_file_id
 from highlander._host.identity import Expected
 from highlander._host.record import (
@@ -76,8 +76,9 @@ def prepare_takeover(
     previous = read_record(settings.paths.state)
     floor = max(lock.stored_generation(), generation, read_floor(settings.floor_path))
     # The predecessor's debts too: those it had not seen out yet (from its record,
-    # or the lock file's copy if the record was damaged) are ours now.
-    owed = owed_exits(previous, predecessor, lock.stored_owed())
+    # or the copies in the lock file and the floor if the record was damaged) are ours now.
+    copies = [*lock.stored_owed(), *read_floor_owed(settings.floor_path)]
+    owed = owed_exits(previous, predecessor, copies)
     record = new_record(settings, previous, successor_of=generation, floor=floor, owed=owed)
     return Staged(record, stage_record(settings.paths.state, record), owed)
 
@@ -121,7 +122,7 @@ def take_over(
         # the record only informs, and the lock file keeps the generation.
         problem = f"record not written: {exc}"
     lock.store_generation(record.generation, staged.owed)
-    store_floor(settings.floor_path, record.generation)
+    store_floor(settings.floor_path, record.generation, staged.owed)
     settings.events.emit(
         Event.CLAIMED,
         outcome=Outcome.SUCCEEDED,

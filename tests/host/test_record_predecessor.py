@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from highlander._host.claim import ProjectLock
+from highlander._host.fencing import read_floor, read_floor_owed, store_floor
 from highlander._host.identity import Expected, boot_id, process_identity
 from highlander._host.record import (
     OWED_MAX,
@@ -153,6 +154,24 @@ def test_the_lock_files_copy_carries_the_debts_when_the_record_is_gone(
         assert lock.stored_owed() == []
     finally:
         lock.release()
+
+
+def test_the_floor_keeps_a_third_copy_of_the_debts(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    """Beside the generation, out of the runtime dir's reach (chaos seed 1, pid 11659)."""
+    who = process_identity(sleeper.pid)
+    assert who is not None
+    debt = Expected(sleeper.pid, who.start_time, who.exe, who.uid, None, None)
+    floor = str(tmp_path / "state" / "floor")
+    assert read_floor_owed(floor) == [] and read_floor_owed(None) == []
+    store_floor(floor, 7, (debt,))
+    assert read_floor(floor) == 7  # the generation reads as before
+    assert owed_exits(None, None, read_floor_owed(floor)) == (debt,)
+    store_floor(floor, 8)
+    assert (read_floor(floor), read_floor_owed(floor)) == (8, [])
+    Path(floor).write_bytes(b"9\n")  # a floor written before the copy existed
+    assert (read_floor(floor), read_floor_owed(floor)) == (9, [])
 
 
 @pytest.mark.parametrize(

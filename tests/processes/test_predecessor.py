@@ -137,3 +137,53 @@ def test_a_debt_of_exit_survives_a_destroyed_record_in_the_lock_file(kids: Child
     assert first.finish(timeout=10)[0] == -signal.SIGTERM
     hung = [(e["pid"], e["peer_pid"], e["phase"]) for e in kids.events("hung")]
     assert hung == [(last.pid, first.pid, "exit")]
+
+
+def _heir_by_a_verified_kill(kids: Children, **timeouts: float) -> tuple[Child, Child]:
+    """A hangs in on_deposed; B succeeds it and is SIGSTOPped, its socket deleted; C finds
+    B hung (phase ``socket``), ends it by the verified kill and claims: C owes A's exit."""
+    first = kids.start(hang_when_deposed=True)
+    first.wait_for("ready")
+    second = kids.start(timeouts=SLOW_EXIT)
+    assert second.wait_for("ready")["outcome"] == "succeeded"
+    first.wait_for("deposed")
+    os.kill(second.pid, signal.SIGSTOP)
+    (sock,) = kids.runtime.glob("*.sock")
+    sock.unlink()
+    heir = kids.start(timeouts={**SLOW_EXIT, **timeouts})
+    assert heir.wait_for("ready")["outcome"] == "claimed_free"
+    assert second.finish()[0] == -signal.SIGKILL
+    hung = [(e["pid"], e["peer_pid"], e["phase"]) for e in kids.events("hung")]
+    assert hung == [(heir.pid, second.pid, "socket")]
+    return first, heir
+
+
+def test_a_holder_ended_as_hung_passes_its_debt_of_exit_to_its_killer(kids: Children) -> None:
+    """Chaos seed 1 at 84e34c2 (pids 11659, 11671, 11731): the killer's claim inherits."""
+    first, heir = _heir_by_a_verified_kill(kids, exit_grace=0.5)
+    assert first.finish(timeout=10)[0] == -signal.SIGTERM
+    assert [e["peer_pid"] for e in kids.events("hung")][1:] == [first.pid]
+    assert [e["phase"] for e in kids.events("hung") if e["pid"] == heir.pid] == ["socket", "exit"]
+
+
+def test_a_debt_of_exit_survives_a_replaced_lock_file_and_a_damaged_record(
+    kids: Children,
+) -> None:
+    """Chaos seed 1 at 84e34c2 (pid 11659 left alive): its heir 11731 was SIGSTOPped
+    0.22 s after its claim, then the lock file was replaced (a FIFO, removed) and the
+    record emptied and forged before 11731 was SIGKILLed: the next claim found neither
+    copy.  The floor in ``~/.local/state``, which no wipe of the runtime dir reaches,
+    keeps a third."""
+    first, heir = _heir_by_a_verified_kill(kids)
+    os.kill(heir.pid, signal.SIGSTOP)
+    (lock,) = kids.runtime.glob("*.lock")
+    lock.unlink()
+    (state,) = kids.runtime.glob("*.state")
+    state.write_bytes(b"")
+    os.kill(heir.pid, signal.SIGKILL)
+    heir.finish()
+    last = kids.start(timeouts=FAST_EXIT)
+    assert last.wait_for("ready")["outcome"] in ("claimed_free", "claimed_stale")
+    assert first.finish(timeout=10)[0] == -signal.SIGTERM
+    hung = [(e["pid"], e["peer_pid"], e["phase"]) for e in kids.events("hung")]
+    assert hung[1:] == [(last.pid, first.pid, "exit")]
