@@ -62,6 +62,8 @@ class Keeper:
         last_sent = self.clock.granted_sent
         while True:
             now = self.now()
+            if self.why is not None:
+                return self.why  # stopped: no keepalive after that
             if not self.clock.holds(now):
                 self.why = "gone" if self.clock.gone else "expired"
                 return self.why
@@ -88,6 +90,10 @@ class Keeper:
                 return self.why
             self.answered += 1
             self.clock.renewed(last_sent, api.kept_alive(answer))
+
+    def stop(self, why: str) -> None:
+        """Send no more keepalives (the lease then ends by its TTL); the holder lets go now."""
+        self.why = self.why or why
 
     async def revoke(self) -> None:
         """End the lease now (a holder that lets go: its key goes with it)."""

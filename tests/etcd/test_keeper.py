@@ -115,3 +115,22 @@ async def test_the_holder_stops_at_its_bound_before_the_keepalive_loop_notices(
         assert keeper.why is None  # the loop never ran
         assert not keeper.holds()
         await keeper.revoke()
+
+
+async def test_a_stopped_keeper_sends_nothing_more_and_the_lease_ends_by_its_ttl(
+    etcd: Cluster,
+) -> None:
+    async with Client(parse(etcd.backend, {})) as client:
+        held, clock = await grant(client, TTL)
+        keeper = Keeper(client, held, clock)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(keeper.run)
+            await anyio.sleep(TTL / 2)
+            keeper.stop("handed over")
+            sent = keeper.sent
+            with anyio.fail_after(10 * TTL):
+                while await _ttl_left(etcd, held) > 0:
+                    await anyio.sleep(0.1)
+            assert keeper.sent == sent
+        assert not keeper.holds()
+        assert keeper.why == "handed over"

@@ -1,0 +1,197 @@
+"""``python -m scripts.bench.etcd_scale``: failover after a SIGKILL, and 1,000 holders at once.
+
+Issue #15's figures, on a local 3-member etcd started here:
+
+* **Failover.** A holder process (tests/programs/etcd_holder.py, TTL 5 s,
+  the shortest a user may choose) is SIGKILLed; a waiter that watches the
+  holder key claims it when etcd ends the dead holder's lease.  Time from
+  the kill to the waiter's claim, on ``CLOCK_BOOTTIME``.  The target is
+  TTL + 0.5 s.
+* **Scale.** 1,000 holders, each with its lease, its holder key and its
+  keeper (keepalives every TTL/4), on one event loop over a few clients,
+  for ``--seconds``: keepalives answered per second, etcd's CPU and RSS
+  (every member), whether every holder held throughout, and at that load
+  the claim's latency and the failover of holders whose keepalives stop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import anyio
+import psutil
+
+from highlander._core.lease import MIN_TTL
+from highlander._etcd import api
+from highlander._etcd.claim import Held, claim
+from highlander._etcd.client import Client
+from highlander._etcd.endpoints import parse
+from highlander._etcd.keeper import Keeper, boottime, grant
+from tests.support.etcd_cluster import Cluster, start_cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+HOLDER = ROOT / "tests" / "programs" / "etcd_holder.py"
+
+
+def _pcts(samples: list[float]) -> str:
+    ms = sorted(s * 1000 for s in samples)
+    p99 = ms[min(len(ms) - 1, int(len(ms) * 0.99))]
+    return f"{statistics.median(ms):.1f} | {p99:.1f} | {len(ms)}"
+
+
+async def _claim_when_free(client: Client, key: bytes, since: int) -> float:
+    """Wait for ``key``'s delete (from revision ``since``), claim it; when it was ours."""
+    lease, _ = await grant(client, MIN_TTL)
+    async with contextlib.aclosing(client.watch(key, since + 1)) as events:
+        async for event in events:
+            if event.kind == "delete":
+                held = await claim(client, key, b"waiter", lease)
+                if isinstance(held, Held):
+                    at = boottime()
+                    await client.call("/v3/lease/revoke", api.revoke(lease))
+                    return at
+    raise AssertionError("the watch ended")
+
+
+async def failover_after_sigkill(cluster: Cluster, rounds: int, witness_dir: Path) -> list[float]:
+    """Seconds from a holder process's SIGKILL to the next claim, ``rounds`` times."""
+    samples = []
+    async with Client(parse(cluster.backend, {})) as client:
+        for i in range(rounds):
+            key = f"/highlander-bench/{uuid.uuid4().hex}/holder"
+            witness = witness_dir / f"failover-{i}"
+            child = subprocess.Popen(
+                [sys.executable, str(HOLDER), cluster.backend, key, str(witness), str(MIN_TTL)],
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            try:
+                with anyio.fail_after(30):
+                    while not (witness.exists() and "held" in witness.read_text()):
+                        await anyio.sleep(0.01)
+                since = api.header(await client.call("/v3/kv/range", api.get(key.encode())))
+                await anyio.sleep(1.0)  # a settled holder, between two keepalives
+                os.kill(child.pid, signal.SIGKILL)
+                killed = boottime()
+                with anyio.fail_after(6 * MIN_TTL):
+                    claimed = await _claim_when_free(client, key.encode(), since.revision)
+                samples.append(claimed - killed)
+            finally:
+                if child.poll() is None:
+                    child.kill()
+                child.wait(timeout=30)
+    return samples
+
+
+async def _stop_keeper_and_time(client: Client, keeper: Keeper, key: bytes) -> float:
+    since = api.header(await client.call("/v3/kv/range", api.get(key))).revision
+    keeper.stop("bench: keepalives stopped")  # the holder "crashes": no more keepalives
+    stopped = boottime()
+    claimed = await _claim_when_free(client, key, since)
+    return claimed - stopped
+
+
+async def scale(cluster: Cluster, holders: int, seconds: float, rounds: int) -> list[str]:
+    """The scale table's rows."""
+    members = [psutil.Process(m.pid) for m in cluster.members]
+    clients = [Client(parse(cluster.backend, {})) for _ in range(8)]
+    prefix = f"/highlander-bench/{uuid.uuid4().hex}/".encode()
+    rows: list[str] = []
+    async with contextlib.AsyncExitStack() as stack:
+        for client in clients:
+            await stack.enter_async_context(client)
+        keepers: list[Keeper] = []
+        keys: list[bytes] = []
+        started = time.perf_counter()
+        for i in range(holders):
+            client = clients[i % len(clients)]
+            lease, clock = await grant(client, MIN_TTL)
+            key = prefix + b"%d" % i
+            held = await claim(client, key, b"holder", lease)
+            assert isinstance(held, Held)
+            keepers.append(Keeper(client, lease, clock))
+            keys.append(key)
+        setup = time.perf_counter() - started
+        rows.append(
+            f"| setting up {holders} holders (grant + claim, one after another) | {setup:.1f} s |"
+        )
+        async with anyio.create_task_group() as tasks:
+            for keeper in keepers:
+                tasks.start_soon(keeper.run)
+            for member in members:
+                member.cpu_percent(None)
+            answered = sum(k.answered for k in keepers)
+            window = time.perf_counter()
+            await anyio.sleep(seconds)
+            elapsed = time.perf_counter() - window
+            rate = (sum(k.answered for k in keepers) - answered) / elapsed
+            cpu = sum(m.cpu_percent(None) for m in members)
+            rss = sum(m.memory_info().rss for m in members) / 2**20
+            rows.append(f"| keepalives answered per second | {rate:.0f} |")
+            rows.append(f"| etcd CPU, all 3 members (% of one core) | {cpu:.0f} |")
+            rows.append(f"| etcd RSS, all 3 members | {rss:.0f} MiB |")
+            lost = [k.why for k in keepers if not k.holds()]
+            rows.append(f"| holders that lost their lease meanwhile | {len(lost)} |")
+            claims = []
+            for i in range(rounds * 10):
+                client = clients[i % len(clients)]
+                lease, _ = await grant(client, MIN_TTL)
+                began = time.perf_counter()
+                held = await claim(client, prefix + b"extra-%d" % i, b"x", lease)
+                claims.append(time.perf_counter() - began)
+                assert isinstance(held, Held)
+                await client.call("/v3/lease/revoke", api.revoke(lease))
+            rows.append(f"| claim at that load: median / p99 / n (ms) | {_pcts(claims)} |")
+            failovers = []
+            for i in range(rounds):
+                failovers.append(await _stop_keeper_and_time(clients[0], keepers[i], keys[i]))
+            rows.append(
+                "| failover at that load, keepalives stopped → claimed: median / p99 / n (ms) | "
+                f"{_pcts(failovers)} |"
+            )
+            tasks.cancel_scope.cancel()
+        for keeper in keepers:
+            with contextlib.suppress(Exception):
+                await keeper.client.call("/v3/lease/revoke", api.revoke(keeper.lease))
+    return rows
+
+
+def main() -> int:
+    """Start a cluster, run both, print markdown, end the cluster by pid."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--holders", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="highlander-bench-etcd-") as base:
+        cluster = start_cluster(Path(base) / "etcd")
+        try:
+            failovers = anyio.run(failover_after_sigkill, cluster, args.rounds, Path(base))
+            rows = anyio.run(scale, cluster, args.holders, args.seconds, args.rounds)
+        finally:
+            cluster.close()
+    print(f"| failover after SIGKILL, TTL {MIN_TTL} s | median / p99 / n (ms) |")
+    print("|---|---|")
+    print(f"| kill → the waiter's claim | {_pcts(failovers)} |")
+    print()
+    print(f"| {args.holders} holders on the local 3-member cluster, TTL {MIN_TTL} s | |")
+    print("|---|---|")
+    for row in rows:
+        print(row)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
