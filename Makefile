@@ -34,6 +34,9 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[test,dev,bench]'
 	$(PY) -m scripts.bench
+	# The etcd backend's parts and its scale (issue #15): a local 3-member etcd, started here.
+	$(PY) -m scripts.bench.etcd
+	$(PY) -m scripts.bench.etcd_scale
 
 chaos: $(STAMP)
 	$(PY) -m scripts.chaos --events 500 --seed 1

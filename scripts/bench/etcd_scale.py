@@ -8,16 +8,19 @@ Issue #15's figures, on a local 3-member etcd started here:
   the kill to the waiter's claim, on ``CLOCK_BOOTTIME``.  The target is
   TTL + 0.5 s.
 * **Scale.** 1,000 holders, each with its lease, its holder key and its
-  keeper (keepalives every TTL/4), on one event loop over a few clients,
-  for ``--seconds``: keepalives answered per second, etcd's CPU and RSS
-  (every member), whether every holder held throughout, and at that load
-  the claim's latency and the failover of holders whose keepalives stop.
+  keeper (keepalives every TTL/4), spread over ``--procs`` worker processes
+  (one event loop and client each: one loop of 1,000 keepers is CPU-bound
+  in Python before etcd is, see docs/performance.md), for ``--seconds``:
+  keepalives answered per second, etcd's CPU and RSS (every member),
+  whether every holder held throughout, and at that load the claim's
+  latency and the failover of a holder whose keepalives stop.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import signal
 import statistics
@@ -95,76 +98,127 @@ async def failover_after_sigkill(cluster: Cluster, rounds: int, witness_dir: Pat
     return samples
 
 
-async def _stop_keeper_and_time(client: Client, keeper: Keeper, key: bytes) -> float:
-    since = api.header(await client.call("/v3/kv/range", api.get(key))).revision
-    keeper.stop("bench: keepalives stopped")  # the holder "crashes": no more keepalives
-    stopped = boottime()
-    claimed = await _claim_when_free(client, key, since)
-    return claimed - stopped
+async def worker(backend: str, holders: int, seconds: float) -> None:
+    """``--worker``: hold ``holders`` keys, each with its keeper, for ``seconds``; report JSON.
 
-
-async def scale(cluster: Cluster, holders: int, seconds: float, rounds: int) -> list[str]:
-    """The scale table's rows."""
-    members = [psutil.Process(m.pid) for m in cluster.members]
-    clients = [Client(parse(cluster.backend, {})) for _ in range(8)]
+    Prints ``ready`` once every key is held, then, at the end, the keepalives
+    answered during the window and the holders that lost their lease.
+    """
     prefix = f"/highlander-bench/{uuid.uuid4().hex}/".encode()
-    rows: list[str] = []
-    async with contextlib.AsyncExitStack() as stack:
-        for client in clients:
-            await stack.enter_async_context(client)
-        keepers: list[Keeper] = []
-        keys: list[bytes] = []
-        started = time.perf_counter()
+    async with Client(parse(backend, {})) as client:
+        keepers = []
         for i in range(holders):
-            client = clients[i % len(clients)]
             lease, clock = await grant(client, MIN_TTL)
-            key = prefix + b"%d" % i
-            held = await claim(client, key, b"holder", lease)
+            held = await claim(client, prefix + b"%d" % i, b"holder", lease)
             assert isinstance(held, Held)
             keepers.append(Keeper(client, lease, clock))
-            keys.append(key)
-        setup = time.perf_counter() - started
-        rows.append(
-            f"| setting up {holders} holders (grant + claim, one after another) | {setup:.1f} s |"
-        )
         async with anyio.create_task_group() as tasks:
             for keeper in keepers:
                 tasks.start_soon(keeper.run)
-            for member in members:
-                member.cpu_percent(None)
-            answered = sum(k.answered for k in keepers)
-            window = time.perf_counter()
+            print("ready", flush=True)
+            before = sum(k.answered for k in keepers)
             await anyio.sleep(seconds)
-            elapsed = time.perf_counter() - window
-            rate = (sum(k.answered for k in keepers) - answered) / elapsed
-            cpu = sum(m.cpu_percent(None) for m in members)
-            rss = sum(m.memory_info().rss for m in members) / 2**20
-            rows.append(f"| keepalives answered per second | {rate:.0f} |")
-            rows.append(f"| etcd CPU, all 3 members (% of one core) | {cpu:.0f} |")
-            rows.append(f"| etcd RSS, all 3 members | {rss:.0f} MiB |")
-            lost = [k.why for k in keepers if not k.holds()]
-            rows.append(f"| holders that lost their lease meanwhile | {len(lost)} |")
-            claims = []
-            for i in range(rounds * 10):
-                client = clients[i % len(clients)]
-                lease, _ = await grant(client, MIN_TTL)
-                began = time.perf_counter()
-                held = await claim(client, prefix + b"extra-%d" % i, b"x", lease)
-                claims.append(time.perf_counter() - began)
-                assert isinstance(held, Held)
-                await client.call("/v3/lease/revoke", api.revoke(lease))
-            rows.append(f"| claim at that load: median / p99 / n (ms) | {_pcts(claims)} |")
-            failovers = []
-            for i in range(rounds):
-                failovers.append(await _stop_keeper_and_time(clients[0], keepers[i], keys[i]))
-            rows.append(
-                "| failover at that load, keepalives stopped → claimed: median / p99 / n (ms) | "
-                f"{_pcts(failovers)} |"
-            )
+            answered = sum(k.answered for k in keepers) - before
+            lost = sum(not k.holds() for k in keepers)
             tasks.cancel_scope.cancel()
         for keeper in keepers:
             with contextlib.suppress(Exception):
-                await keeper.client.call("/v3/lease/revoke", api.revoke(keeper.lease))
+                await client.call("/v3/lease/revoke", api.revoke(keeper.lease))
+    print(json.dumps({"answered": answered, "lost": lost, "seconds": seconds}), flush=True)
+
+
+async def _failover_at_load(client: Client) -> float:
+    """A holder of our own stops its keepalives; seconds until a waiter claims its key."""
+    key = f"/highlander-bench/{uuid.uuid4().hex}/holder".encode()
+    lease, clock = await grant(client, MIN_TTL)
+    held = await claim(client, key, b"holder", lease)
+    assert isinstance(held, Held)
+    keeper = Keeper(client, lease, clock)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(keeper.run)
+        await anyio.sleep(1.0)
+        since = api.header(await client.call("/v3/kv/range", api.get(key))).revision
+        keeper.stop("bench: keepalives stopped")  # the holder "crashes"
+        stopped = boottime()
+        with anyio.fail_after(6 * MIN_TTL):
+            claimed = await _claim_when_free(client, key, since)
+    return claimed - stopped
+
+
+async def scale(
+    cluster: Cluster, holders: int, seconds: float, rounds: int, procs: int
+) -> list[str]:
+    """The scale table's rows: ``holders`` spread over ``procs`` worker processes."""
+    members = [psutil.Process(m.pid) for m in cluster.members]
+    share = [holders // procs + (i < holders % procs) for i in range(procs)]
+    workers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "scripts.bench.etcd_scale",
+                "--worker",
+                cluster.backend,
+                str(n),
+                str(seconds),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+        for n in share
+    ]
+    rows: list[str] = []
+    try:
+        started = time.perf_counter()
+        for proc in workers:
+            assert proc.stdout is not None
+            if proc.stdout.readline().strip() != "ready":
+                raise RuntimeError("a worker did not get ready")
+        ready = time.perf_counter() - started
+        rows.append(f"| {holders} holders held ({procs} processes) after | {ready:.1f} s |")
+        for member in members:
+            member.cpu_percent(None)
+        window = time.perf_counter()
+        claims: list[float] = []
+        failovers: list[float] = []
+        async with Client(parse(cluster.backend, {})) as client:
+            for _ in range(rounds * 3):
+                lease, _ = await grant(client, MIN_TTL)
+                began = time.perf_counter()
+                held = await claim(
+                    client, f"/highlander-bench/extra-{uuid.uuid4().hex}".encode(), b"x", lease
+                )
+                claims.append(time.perf_counter() - began)
+                assert isinstance(held, Held)
+                await client.call("/v3/lease/revoke", api.revoke(lease))
+            for _ in range(rounds):
+                failovers.append(await _failover_at_load(client))
+        elapsed = time.perf_counter() - window
+        cpu = sum(m.cpu_percent(None) for m in members)
+        rss = sum(m.memory_info().rss for m in members) / 2**20
+        reports = []
+        for proc in workers:
+            out, _ = proc.communicate(timeout=seconds + 120)
+            reports.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for proc in workers:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+    rate = sum(r["answered"] for r in reports) / seconds
+    rows.append(
+        f"| keepalives answered per second | {rate:.0f} (a holder sends {4 / MIN_TTL:.1f}) |"
+    )
+    rows.append(f"| etcd CPU, all 3 members, over {elapsed:.0f} s (% of one core) | {cpu:.0f} |")
+    rows.append(f"| etcd RSS, all 3 members | {rss:.0f} MiB |")
+    lost = sum(r["lost"] for r in reports)
+    rows.append(f"| holders that lost their lease in the {seconds:g} s window | {lost} |")
+    rows.append(f"| claim at that load: median / p99 / n (ms) | {_pcts(claims)} |")
+    rows.append(
+        f"| failover at that load, keepalives stopped → claimed (ms) | {_pcts(failovers)} |"
+    )
     return rows
 
 
@@ -173,20 +227,25 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--holders", type=int, default=1000)
-    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--procs", type=int, default=4)
+    parser.add_argument("--worker", nargs=3, metavar=("BACKEND", "HOLDERS", "SECONDS"))
     args = parser.parse_args()
+    if args.worker:
+        anyio.run(worker, args.worker[0], int(args.worker[1]), float(args.worker[2]))
+        return 0
     with tempfile.TemporaryDirectory(prefix="highlander-bench-etcd-") as base:
         cluster = start_cluster(Path(base) / "etcd")
         try:
             failovers = anyio.run(failover_after_sigkill, cluster, args.rounds, Path(base))
-            rows = anyio.run(scale, cluster, args.holders, args.seconds, args.rounds)
+            rows = anyio.run(scale, cluster, args.holders, args.seconds, args.rounds, args.procs)
         finally:
             cluster.close()
     print(f"| failover after SIGKILL, TTL {MIN_TTL} s | median / p99 / n (ms) |")
     print("|---|---|")
     print(f"| kill → the waiter's claim | {_pcts(failovers)} |")
     print()
-    print(f"| {args.holders} holders on the local 3-member cluster, TTL {MIN_TTL} s | |")
+    print(f"| {args.holders} holders on a local 3-member etcd, TTL {MIN_TTL} s | figure |")
     print("|---|---|")
     for row in rows:
         print(row)
