@@ -45,6 +45,8 @@ TESTS: tuple[str, ...] = (
     "tests/core/test_connection.py",
     "tests/core/test_core_gaps.py",
     "tests/core/test_defaults_doc.py",
+    "tests/core/test_etcd_commit.py",
+    "tests/core/test_etcd_model_check.py",
     "tests/core/test_fuzz_core.py",
     "tests/core/test_lease_clock.py",
     "tests/core/test_messages.py",
