@@ -48,16 +48,16 @@ docs/etcd.md; ``pytest -s`` prints them.
 
 from __future__ import annotations
 
-import collections
 import enum
 import functools
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
 from highlander._core import etcd_commit as rules
 from highlander._core.commit import Answer, Decision, Ending
 from highlander._core.etcd_commit import Key, Reply, Then, Verdict
+from tests.support.model_checking import Report, count_traces, describe, trace_back
 
 MAX_PROGRESS: Final = 1
 MAX_ATTEMPTS: Final = 2
@@ -677,19 +677,6 @@ def outcome(f: Facts) -> str:
 # -- the search -------------------------------------------------------------------------
 
 
-@dataclass
-class Report:
-    """What one exhaustive search found."""
-
-    states: int = 0
-    transitions: int = 0
-    terminal: int = 0
-    traces: int = 0
-    violations: dict[str, list[str]] = field(default_factory=dict)
-    faults: set[tuple[str, str, Step]] = field(default_factory=set)
-    outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
-
-
 def search(model: Model | None = None, *, first: bool = False) -> Report:
     """Explore every state reachable from ``Facts()`` (the real rules by default).
 
@@ -716,7 +703,7 @@ def search(model: Model | None = None, *, first: bool = False) -> Report:
                 parents.append((here, label))
                 broken = violation(after)
                 if broken and broken not in report.violations:
-                    report.violations[broken] = _trace(parents, there)
+                    report.violations[broken] = trace_back(dict(enumerate(parents)), there)
             out.append(there)
         if not out:
             report.terminal += 1
@@ -724,67 +711,13 @@ def search(model: Model | None = None, *, first: bool = False) -> Report:
             if broken is None:
                 report.outcomes[outcome(f)] += 1
             elif broken not in report.violations:
-                report.violations[broken] = _trace(parents, here)
+                report.violations[broken] = trace_back(dict(enumerate(parents)), here)
         if first and report.violations:
             return report
     report.states = len(states)
     report.transitions = sum(len(out) for out in edges)
-    report.traces = _count_traces(edges)
+    report.traces = count_traces(0, dict(enumerate(edges)))
     return report
-
-
-def _trace(parents: list[tuple[int, str] | None], state: int) -> list[str]:
-    steps: list[str] = []
-    link = parents[state]
-    while link is not None:
-        state, label = link
-        steps.append(label)
-        link = parents[state]
-    return steps[::-1]
-
-
-def _count_traces(edges: list[list[int]]) -> int:
-    """Paths from the start (state 0) to terminal states, by DP in topological order (Kahn).
-
-    The graph is acyclic: every step reads or writes a bounded number of
-    frames or moves a side, etcd or a clock forward, and a stop happens once.
-    """
-    indegree = [0] * len(edges)
-    for outs in edges:
-        for there in outs:
-            indegree[there] += 1
-    paths = [0] * len(edges)
-    paths[0] = 1
-    ready, done, traces = [0], 0, 0
-    while ready:
-        here = ready.pop()
-        done += 1
-        outs = edges[here]
-        if not outs:
-            traces += paths[here]
-        for there in outs:
-            paths[there] += paths[here]
-            indegree[there] -= 1
-            if indegree[there] == 0:
-                ready.append(there)
-    assert done == len(edges), "the state graph has a cycle: count traces another way"
-    return traces
-
-
-def describe(report: Report) -> str:
-    """The counts, for humans (printed by a test under ``pytest -s``)."""
-    lines = [
-        f"states: {report.states}",
-        f"transitions: {report.transitions}",
-        f"terminal states: {report.terminal}",
-        f"complete traces: {report.traces}",
-        f"(side, fault, step) triples visited: {len(report.faults)}",
-    ]
-    lines += [f"  {n:6d} terminal states: {what}" for what, n in sorted(report.outcomes.items())]
-    for what, trace in report.violations.items():
-        lines.append(f"VIOLATION {what}:")
-        lines += [f"  {i:2d}. {step}" for i, step in enumerate(trace, 1)]
-    return "\n".join(lines)
 
 
 # -- the tests --------------------------------------------------------------------------

@@ -87,7 +87,7 @@ import copy
 import enum
 import functools
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import pytest
@@ -100,6 +100,7 @@ from highlander._core.errors import Reason
 from highlander._core.messages import AckSuccession, Message, ProgressReport, Refused, Saved
 from highlander._core.state import Role, State
 from tests.support.core import CORE_KEY, CORE_TIMEOUTS, build_hello, build_save
+from tests.support.model_checking import Report, count_traces, describe, trace_back
 
 #: The model has no clock: every Connection call happens at this instant.
 NOW: Final = 0.0
@@ -755,21 +756,6 @@ def outcome(f: Facts) -> str:
 # -- the search -------------------------------------------------------------------------
 
 
-@dataclass
-class Report:
-    """What one exhaustive search found."""
-
-    states: int = 0
-    transitions: int = 0
-    terminal: int = 0
-    traces: int = 0
-    #: The first (shortest, breadth first) trace to each kind of violation.
-    violations: dict[str, list[str]] = field(default_factory=dict)
-    #: (side, fault, step) of every fault taken.
-    faults: set[tuple[str, str, Step]] = field(default_factory=set)
-    outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
-
-
 def search(model: Model | None = None) -> Report:
     """Explore every state reachable from :func:`initial_world` (the real rules by default).
 
@@ -797,71 +783,17 @@ def search(model: Model | None = None) -> Report:
             frontier.append(after)
             broken = violation(after.facts)
             if broken and broken not in report.violations:
-                report.violations[broken] = _trace(parents, there)
+                report.violations[broken] = trace_back(parents, there)
         if not out:
             report.terminal += 1
             report.outcomes[outcome(world.facts)] += 1
             broken = terminal_violation(world.facts)
             if broken and broken not in report.violations:
-                report.violations[broken] = _trace(parents, here)
+                report.violations[broken] = trace_back(parents, here)
     report.states = len(parents)
     report.transitions = sum(len(out) for out in edges.values())
-    report.traces = _count_traces(root, edges)
+    report.traces = count_traces(root, edges)
     return report
-
-
-def _trace(parents: dict[object, tuple[object, str] | None], key: object) -> list[str]:
-    steps: list[str] = []
-    link = parents[key]
-    while link is not None:
-        key, label = link
-        steps.append(label)
-        link = parents[key]
-    return steps[::-1]
-
-
-def _count_traces(root: object, edges: dict[object, list[object]]) -> int:
-    """Paths from ``root`` to terminal states, by DP in topological order (Kahn).
-
-    The graph is acyclic: every step consumes a frame, sends one of a bounded
-    number, or moves a side forward, and a stop can happen once per side.
-    """
-    indegree: collections.Counter[object] = collections.Counter()
-    for outs in edges.values():
-        indegree.update(outs)
-    paths: collections.Counter[object] = collections.Counter({root: 1})
-    ready, done, traces = [root], 0, 0
-    while ready:
-        key = ready.pop()
-        done += 1
-        outs = edges[key]
-        if not outs:
-            traces += paths[key]
-        for there in outs:
-            paths[there] += paths[key]
-            indegree[there] -= 1
-            if indegree[there] == 0:
-                ready.append(there)
-    assert done == len(edges), "the state graph has a cycle: count traces another way"
-    return traces
-
-
-def describe(report: Report) -> str:
-    """The counts, for humans (printed by a test under ``pytest -s``)."""
-    lines = [
-        f"states: {report.states}",
-        f"transitions: {report.transitions}",
-        f"terminal states: {report.terminal}",
-        f"complete traces: {report.traces}",
-        f"(side, fault, step) triples visited: {len(report.faults)}",
-    ]
-    lines += [
-        f"  {count:6d} terminal states: {what}" for what, count in sorted(report.outcomes.items())
-    ]
-    for what, trace in report.violations.items():
-        lines.append(f"VIOLATION {what}:")
-        lines += [f"  {i:2d}. {step}" for i, step in enumerate(trace, 1)]
-    return "\n".join(lines)
 
 
 # -- the tests --------------------------------------------------------------------------
