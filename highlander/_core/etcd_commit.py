@@ -54,10 +54,13 @@ N's lease: COMMIT; still I's reign: ABORT; absent (I's lease ended before
 any move: I died, or stepped down, or was stopped past its bound): CLAIM
 (put-if-absent, with the handoff: nobody else has the state), and a claim
 that finds another holder ABORTs (:func:`after_claim`); a third party's
-reign: ABORT.  Silent until its exit deadline: FENCE, i.e. revoke I's
-lease, wait :func:`fence_wait` (the revoke ends I's lease in etcd, not I's
-belief in it: a stopped I resumed within its bound would act again), then
-read and decide with :func:`after_fence`.
+reign: ABORT.  Silent until its exit deadline: FENCE, i.e. run the move
+itself (guarded by I's reign, onto a lease of N's that cannot end before
+I's lease bound), revoke I's lease, wait :func:`fence_wait`, then read and
+decide with :func:`after_fence`.  A revoke alone is no fence: it ends I's
+lease in etcd, not I's belief in it, and the key it deletes is free for a
+third claimer beside a stopped I resumed within its bound (the model
+check's negative control).
 
 The incumbent's conversation keys ride on its lease, so N sees the end of
 I's stream only when I ended it after a known commit or a keep (REFUSED
@@ -211,7 +214,7 @@ def newcomer_decides(answer: Answer, key: Key | None = None) -> Verdict:
 
 
 def after_fence(key: Key) -> Verdict:
-    """The newcomer's verdict from a read after it revoked I's lease and waited.
+    """The newcomer's verdict from a read after its fence (move, revoke, wait).
 
     The key on our lease: I committed before the fence.  Absent: CLAIM.  Still
     I's reign: the revoke did not land; a third party's: it claimed first (ABORT).
