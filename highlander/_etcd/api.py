@@ -224,18 +224,30 @@ def put_if_absent(key: bytes, value: bytes, lease: int) -> Json:
     return {"compare": [compare], "success": [put, read], "failure": [read]}
 
 
-def move(key: bytes, value: bytes, token: int, from_lease: int, to_lease: int) -> Json:
+def move(
+    key: bytes,
+    value: bytes,
+    token: int,
+    from_lease: int,
+    to_lease: int,
+    absent: tuple[bytes, ...] = (),
+) -> Json:
     """``/v3/kv/txn``: the succession's commit: the holder key, from one reign to the next.
 
     Only while ``key`` is still the reign ``token`` wrote, on ``from_lease``,
     is it put again with ``value`` on ``to_lease``; read it either way.  etcd
     refuses a transaction that deletes and re-creates one key ("duplicate key
     given in txn request"), so the key's create revision survives the move;
-    its mod revision is the new reign's token.
+    its mod revision is the new reign's token.  ``absent``: keys that must not
+    exist either (a fence's guard that the incumbent's stream did not move on).
     """
     compare = [
         {"key": b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": str(token)},
         {"key": b64(key), "target": "LEASE", "result": "EQUAL", "lease": str(from_lease)},
+    ]
+    compare += [
+        {"key": b64(name), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
+        for name in absent
     ]
     put = {"request_put": {"key": b64(key), "value": b64(value), "lease": str(to_lease)}}
     read = {"request_range": {"key": b64(key)}}

@@ -93,10 +93,17 @@ def _plain_refusal(url: str, status: int, text: str) -> str:
 class Client:
     """An etcd client for one :class:`~highlander._etcd.endpoints.Target`; ``async with`` it."""
 
-    def __init__(self, target: Target, *, timeout: float = DEFAULT_TIMEOUT) -> None:
-        """Nothing is connected until the first request."""
+    def __init__(
+        self, target: Target, *, timeout: float = DEFAULT_TIMEOUT, budget: float = DEFAULT_BUDGET
+    ) -> None:
+        """Nothing is connected until the first request.
+
+        ``timeout``: one request's, per member; ``budget``: a call's whole
+        time, every member tried (unless the call gives its own).
+        """
         self.target = target
         self.timeout = timeout
+        self.budget = budget
         self._current = 0
         self._tokens: dict[str, str] = {}
         self._http: httpx2.AsyncClient | None = None
@@ -145,7 +152,7 @@ class Client:
         that timed out may still have been applied: callers of writes that
         are not idempotent read back (see ``api.put_if_absent``).
         """
-        budget = DEFAULT_BUDGET if budget is None else budget
+        budget = self.budget if budget is None else budget
         last = "no member was tried"
         with anyio.move_on_after(budget):
             while True:

@@ -137,6 +137,17 @@ def test_the_commit_compares_the_reigns_token_and_lease() -> None:
     assert body["failure"] == [{"request_range": {"key": api.b64(b"k")}}]
 
 
+def test_a_fence_also_requires_keys_to_be_absent() -> None:
+    body = api.move(b"k", b"v", token=41, from_lease=7, to_lease=8, absent=(b"fin",))
+    assert body["compare"][2] == {
+        "key": api.b64(b"fin"),
+        "target": "CREATE",
+        "result": "EQUAL",
+        "create_revision": "0",
+    }
+    assert len(body["compare"]) == 3
+
+
 def test_put_if_absent_compares_the_create_revision_with_zero() -> None:
     body = api.put_if_absent(b"k", b"v", 8)
     assert body["compare"] == [

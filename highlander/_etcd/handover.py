@@ -1,0 +1,115 @@
+"""The commit of a handover over etcd, carried out: :mod:`highlander._core.etcd_commit`'s rules.
+
+The rules decide; this module runs the transactions and reads they decide
+from.  The incumbent's side runs the move after a timely ACK and learns
+whether it applied, retrying a lost answer (a read cannot tell "not yet"
+from "never") until its lease bound says stop.  The newcomer's side reads
+where the holder key is, and fences a silent incumbent: the move itself,
+guarded by the incumbent's reign and by its stream not having moved on,
+onto a lease of the newcomer's that outlives the incumbent's bound; then the
+revoke of the incumbent's lease; then a wait of one TTL before it acts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import anyio
+
+from highlander._core import etcd_commit as rules
+from highlander._core.errors import EtcdError, EtcdUnavailableError
+from highlander._core.etcd_commit import Key, Reply, Then
+from highlander._etcd import api
+from highlander._etcd.claim import Held, holder
+from highlander._etcd.client import Client
+
+
+async def where(client: Client, key: bytes, newcomer_lease: int, incumbent: Held) -> Key:
+    """Where the holder key is now (a linearizable read), as the rules name it."""
+    kv = await holder(client, key)
+    return _classify(kv, newcomer_lease, incumbent)
+
+
+def _classify(kv: api.KeyValue | None, newcomer_lease: int, incumbent: Held) -> Key:
+    return rules.classify(
+        None if kv is None else kv.lease,
+        0 if kv is None else kv.mod_revision,
+        newcomer_lease=newcomer_lease,
+        incumbent_lease=incumbent.lease,
+        incumbent_token=incumbent.token,
+    )
+
+
+async def _move_once(
+    client: Client,
+    key: bytes,
+    value: bytes,
+    incumbent: Held,
+    to_lease: int,
+    absent: tuple[bytes, ...] = (),
+) -> tuple[Reply, Key | None]:
+    body = api.move(key, value, incumbent.token, incumbent.lease, to_lease, absent)
+    try:
+        answer = api.txn(await client.call("/v3/kv/txn", body))
+    except EtcdUnavailableError:
+        pass  # lost: it may apply, now or later
+    except EtcdError as refused:
+        if refused.code == api.NOT_FOUND:
+            return Reply.NO_LEASE, None  # the compares held; the put's lease is gone
+    else:
+        if answer.succeeded:
+            return Reply.SUCCEEDED, Key.OURS
+        kv = answer.kvs[0] if answer.kvs else None
+        return Reply.FAILED, _classify(kv, to_lease, incumbent)
+    try:
+        return Reply.LOST, await where(client, key, to_lease, incumbent)
+    except EtcdError:
+        return Reply.LOST, Key.THEIRS_INTACT  # nothing known: only another attempt tells
+
+
+async def incumbent_moves(
+    client: Client,
+    key: bytes,
+    value: bytes,
+    incumbent: Held,
+    newcomer_lease: int,
+    may_retry: Callable[[], bool],
+) -> Then:
+    """Run the move after a timely ACK until the rules settle it: DEPOSED, KEEP or STEP_DOWN.
+
+    ``may_retry``: whether the incumbent's lease bound still allows another
+    attempt (asked after each unsettled one).
+    """
+    while True:
+        reply, found = await _move_once(client, key, value, incumbent, newcomer_lease)
+        then = rules.incumbent_learns(reply, found, can_retry=may_retry())
+        if then is not Then.RETRY:
+            return then
+
+
+async def fence(
+    client: Client,
+    key: bytes,
+    value: bytes,
+    incumbent: Held,
+    fence_lease: int,
+    ttl: float,
+    unread: tuple[bytes, ...],
+) -> Key:
+    """Fence a silent incumbent out, then say where the key is (for ``rules.after_fence``).
+
+    ``fence_lease`` must outlive the incumbent's lease bound (a TTL of at
+    least two of the incumbent's); ``unread``: the incumbent's stream keys
+    that must not exist (its next chunk, its ``fin``), so a fence never lands
+    on an incumbent that answered after all.
+    """
+    reply, found = await _move_once(client, key, value, incumbent, fence_lease, unread)
+    if reply is Reply.LOST and found is Key.THEIRS_INTACT:
+        raise EtcdUnavailableError("etcd did not settle the fence: try again", api.UNAVAILABLE)
+    if found is not Key.OURS:
+        return Key.THEIRS_INTACT if found is None else found
+    await client.call("/v3/lease/revoke", api.revoke(incumbent.lease))
+    # Its belief lasts at most one TTL from its newest answered keepalive, every
+    # one of which was sent before the revoke applied, so before its answer.
+    await anyio.sleep(rules.fence_wait(ttl))
+    return await where(client, key, fence_lease, incumbent)
