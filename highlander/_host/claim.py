@@ -39,16 +39,17 @@ import time
 from highlander._core.errors import ForeignHolderError
 from highlander._core.values import Value
 from highlander._host.event_log import Event, Outcome
-from highlander._host.fencing import read_floor, read_floor_owed, store_floor
+from highlander._host.fencing import read_floor, store_floor
 from highlander._host.files import cannot_hold, lstat_problem, open_regular
 from highlander._host.identity import Expected, boot_id, cmdline, fd_holds_flock, own_identity
 from highlander._host.record import (
+    COPY_BYTES,
     GENERATION_MAX,
     HolderRecord,
+    copy_of,
     debts,
-    owed_copy,
     owed_exits,
-    read_owed_copy,
+    read_copy,
     read_record,
     write_record,
 )
@@ -113,31 +114,16 @@ class ProjectLock:
         os.close(fd)
         return None
 
-    def stored_generation(self) -> int:
-        """The fencing generation last stored in the lock file (0 if none or not a number).
-
-        A copy of the record's, so a damaged ``.state`` does not send the
-        generation back to 1 (the record is replaceable; the lock file never is).
-        """
+    def stored(self) -> tuple[int, list[list[Any]]]:
+        """The generation and the debts of exit the lock file keeps (:func:`copy_of`)."""
         try:
-            line = os.pread(self.fd, 32, 0).split(b"\n", 1)[0]
+            return read_copy(os.pread(self.fd, COPY_BYTES, 0))
         except OSError:
-            return 0
-        value = int(line) if line.isdigit() and len(line) <= 20 else 0
-        return value if value < GENERATION_MAX else 0
-
-    def stored_owed(self) -> list[list[Any]]:
-        """The copy of the debts of exit kept after the generation (:func:`owed_copy`)."""
-        try:
-            data = os.pread(self.fd, 64 * 1024, 0)
-        except OSError:
-            return []
-        line, complete, _ = data.partition(b"\n")[2].partition(b"\n")
-        return read_owed_copy(line) if complete else []
+            return 0, []
 
     def store_generation(self, generation: int, owed: tuple[Expected, ...] = ()) -> None:
         """Keep ``generation`` and the reign's debts in the lock file (the lock is unaffected)."""
-        data = f"{generation}\n".encode() + owed_copy(owed)
+        data = copy_of(generation, owed)
         with contextlib.suppress(OSError):  # a copy: the record stays authoritative
             os.pwrite(self.fd, data, 0)
             os.ftruncate(self.fd, len(data))
@@ -311,14 +297,25 @@ def publish_record(
     if previous is None and (why := lstat_problem(settings.paths.state)) is not None:
         # Not a record (a FIFO, a symlink, ...): the write below replaces it.
         settings.events.emit(Event.UNSAFE_FILE, path=settings.paths.state, reason=why)
-    floor = max(lock.stored_generation(), successor_of or 0, read_floor(settings.floor_path))
-    copies = [*lock.stored_owed(), *read_floor_owed(settings.floor_path)]
+    kept, copies = kept_beside(settings, lock)
+    floor = max(kept, successor_of or 0)
     owed = owed_exits(previous, None, copies)
     record = new_record(settings, previous, successor_of=successor_of, floor=floor, owed=owed)
     write_record(settings.paths.state, record)
     lock.store_generation(record.generation, owed)
     store_floor(settings.floor_path, record.generation, owed)
     return record, owed
+
+
+def kept_beside(settings: Settings, lock: ProjectLock) -> tuple[int, list[list[Any]]]:
+    """The highest generation and every debt of exit the lock file and the floor keep.
+
+    A new reign (a claim, a takeover) starts above that generation and
+    inherits those debts too, whatever happened to the record.
+    """
+    generation, owed = lock.stored()
+    floor, floor_owed = read_floor(settings.floor_path)
+    return max(generation, floor), [*owed, *floor_owed]
 
 
 def new_record(

@@ -9,7 +9,7 @@ empty.  So every claim also writes the generation it took to
 claim starts above it.
 
 The floor keeps a third copy of the reign's debts of exit too (the line after
-the generation, as in the lock file: :func:`~highlander._host.record.owed_copy`),
+the generation, as in the lock file: :func:`~highlander._host.record.copy_of`),
 so that a deposed process still owed an exit is not forgotten when the lock
 file is deleted or replaced *and* the record damaged while its debtor cannot
 act (reliability.md, issue #16).
@@ -26,7 +26,7 @@ import contextlib
 import os
 from collections.abc import Mapping
 
-from highlander._host.record import owed_copy, read_owed_copy
+from highlander._host.record import COPY_BYTES, copy_of, read_copy
 from highlander._host.rendezvous import home_dir
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
@@ -35,10 +35,6 @@ if TYPE_CHECKING:
 
     from highlander._host.identity import Expected
 
-#: Digits in a stored generation at most (the protocol's integers are 63-bit).
-_DIGITS = 20
-#: Bytes read for the debts' line (as much as the lock file's copy is read).
-_OWED_BYTES = 64 * 1024
 # O_NONBLOCK: a FIFO planted at the path fails at once (ENXIO) instead of hanging.
 _WRITE = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -51,29 +47,18 @@ def floor_path(base: str, env: Mapping[str, str]) -> str | None:
     return os.path.join(home, ".local", "state", "highlander", "generations", base)
 
 
-def read_floor(path: str | None) -> int:
-    """The last generation stored at ``path``; 0 if none or unreadable."""
-    data = _read(path, _DIGITS + 2).split(b"\n", 1)[0]
-    return int(data) if data.isdigit() and len(data) <= _DIGITS else 0
-
-
-def read_floor_owed(path: str | None) -> list[list[Any]]:
-    """The copy of the debts of exit stored after the generation; ``[]`` if none or damaged."""
-    line, complete, _ = _read(path, _OWED_BYTES).partition(b"\n")[2].partition(b"\n")
-    return read_owed_copy(line) if complete else []
-
-
-def _read(path: str | None, size: int) -> bytes:
+def read_floor(path: str | None) -> tuple[int, list[list[Any]]]:
+    """The generation and the debts of exit kept at ``path``; ``(0, [])`` if none or unreadable."""
     if path is None:
-        return b""
+        return 0, []
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return b""
+        return 0, []
     try:
-        return os.pread(fd, size, 0)
+        return read_copy(os.pread(fd, COPY_BYTES, 0))
     except OSError:
-        return b""
+        return 0, []
     finally:
         os.close(fd)
 
@@ -89,7 +74,7 @@ def store_floor(path: str | None, generation: int, owed: tuple[Expected, ...] = 
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
             fd = os.open(path, _WRITE, 0o600)
         try:
-            data = f"{generation}\n".encode() + owed_copy(owed)
+            data = copy_of(generation, owed)
             os.pwrite(fd, data, 0)
             os.ftruncate(fd, len(data))
         finally:

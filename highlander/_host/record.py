@@ -156,22 +156,44 @@ def owed_exits(
 
 
 def owed_copy(owed: Iterable[Expected]) -> bytes:
-    """The line the lock file keeps after the generation: this boot's id and ``owed``.
-
-    A copy for the same reason as the generation's: a damaged or replaced
-    ``.state`` must not drop a debt (the record is replaceable; the lock
-    file never is).
-    """
+    """The line a copy keeps after the generation: this boot's id and ``owed``."""
     return json.dumps([boot_id(), debts(owed)], separators=(",", ":")).encode() + b"\n"
 
 
 def read_owed_copy(line: bytes) -> list[list[Any]]:
-    """The debts in a lock file's copy (:func:`owed_copy`); ``[]`` if damaged or of another boot."""
+    """The debts in a copy's line (:func:`owed_copy`); ``[]`` if damaged or of another boot."""
     try:
         boot, owed = json.loads(line)
     except (ValueError, TypeError, RecursionError):  # RecursionError: nested too deep
         return []
     return owed if boot == boot_id() and _plausible_owed(owed) else []
+
+
+#: Bytes a reader of a copy takes: the generation's line and the debts' line fit many times.
+COPY_BYTES = 64 * 1024
+
+
+def copy_of(generation: int, owed: Iterable[Expected] = ()) -> bytes:
+    """What the lock file and the floor keep beside the record: the generation, then the debts.
+
+    Copies for the same reason twice: a damaged or replaced ``.state`` must
+    send neither the generation back nor a debt of exit away (the record is
+    replaceable; the lock file never is, and the floor lives outside the
+    runtime directory).
+    """
+    return f"{generation}\n".encode() + owed_copy(owed)
+
+
+def read_copy(data: bytes) -> tuple[int, list[list[Any]]]:
+    """The generation (0 if none, damaged or implausible) and the debts of a :func:`copy_of`.
+
+    A copy written before the debts were kept has the generation alone.
+    """
+    first, _, rest = data.partition(b"\n")
+    generation = int(first) if first.isdigit() and len(first) <= 20 else 0
+    line, complete, _ = rest.partition(b"\n")
+    owed = read_owed_copy(line) if complete else []
+    return (generation if generation < GENERATION_MAX else 0), owed
 
 
 def write_record(path: str, record: HolderRecord) -> None:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from highlander._core.errors import HighlanderError, RemoteProtocolError, UnsafeFileError
 from highlander._core.values import Value
-from highlander._host.claim import ProjectLock, Reign, new_record
+from highlander._host.claim import ProjectLock, Reign, kept_beside, new_record
 from highlander._host.event_log import Event, Outcome
-from highlander._host.fencing import read_floor, read_floor_owed, store_floor
+from highlander._host.fencing import store_floor
 from highlander._host.files import current_file_id
 from highlander._host.identity import Expected
 from highlander._host.record import (
@@ -74,10 +74,10 @@ def prepare_takeover(
     the project.
     """
     previous = read_record(settings.paths.state)
-    floor = max(lock.stored_generation(), generation, read_floor(settings.floor_path))
+    kept, copies = kept_beside(settings, lock)
+    floor = max(kept, generation)
     # The predecessor's debts too: those it had not seen out yet (from its record,
     # or the copies in the lock file and the floor if the record was damaged) are ours now.
-    copies = [*lock.stored_owed(), *read_floor_owed(settings.floor_path)]
     owed = owed_exits(previous, predecessor, copies)
     record = new_record(settings, previous, successor_of=generation, floor=floor, owed=owed)
     return Staged(record, stage_record(settings.paths.state, record), owed)

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from highlander._host.claim import ProjectLock
-from highlander._host.fencing import read_floor, read_floor_owed, store_floor
+from highlander._host.fencing import read_floor, store_floor
 from highlander._host.identity import Expected, boot_id, process_identity
 from highlander._host.record import (
+    GENERATION_MAX,
     OWED_MAX,
     HolderRecord,
     debts,
@@ -147,11 +148,10 @@ def test_the_lock_files_copy_carries_the_debts_when_the_record_is_gone(
     assert lock is not None
     try:
         lock.store_generation(7, (debt,))
-        assert lock.stored_generation() == 7  # the generation's copy is unchanged
-        assert lock.stored_owed() == debts([debt])
-        assert owed_exits(None, None, lock.stored_owed()) == (debt,)
+        assert lock.stored() == (7, debts([debt]))  # the generation's copy is unchanged
+        assert owed_exits(None, None, lock.stored()[1]) == (debt,)
         lock.store_generation(8)
-        assert lock.stored_owed() == []
+        assert lock.stored() == (8, [])
     finally:
         lock.release()
 
@@ -164,14 +164,18 @@ def test_the_floor_keeps_a_third_copy_of_the_debts(
     assert who is not None
     debt = Expected(sleeper.pid, who.start_time, who.exe, who.uid, None, None)
     floor = str(tmp_path / "state" / "floor")
-    assert read_floor_owed(floor) == [] and read_floor_owed(None) == []
+    assert read_floor(floor) == (0, []) and read_floor(None) == (0, [])
     store_floor(floor, 7, (debt,))
-    assert read_floor(floor) == 7  # the generation reads as before
-    assert owed_exits(None, None, read_floor_owed(floor)) == (debt,)
+    assert read_floor(floor)[0] == 7  # the generation reads as before
+    assert owed_exits(None, None, read_floor(floor)[1]) == (debt,)
     store_floor(floor, 8)
-    assert (read_floor(floor), read_floor_owed(floor)) == (8, [])
+    assert read_floor(floor) == (8, [])
     Path(floor).write_bytes(b"9\n")  # a floor written before the copy existed
-    assert (read_floor(floor), read_floor_owed(floor)) == (9, [])
+    assert read_floor(floor) == (9, [])
+    # A generation no reader accepts is damage, as in the lock file's copy: it must not
+    # outrank the other sources of the next generation and then be dropped with them.
+    Path(floor).write_bytes(b"%d\n" % GENERATION_MAX)
+    assert read_floor(floor) == (0, [])
 
 
 @pytest.mark.parametrize(
