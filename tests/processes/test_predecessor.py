@@ -81,13 +81,7 @@ def test_a_debt_of_exit_passes_to_the_next_holder_when_the_successor_dies_first(
 ) -> None:
     """The successor that owed its predecessor's exit is SIGKILLed within the grace:
     the next holder reads the debt from the record and ends the lingering process."""
-    first = kids.start(hang_when_deposed=True)
-    first.wait_for("ready")
-    second = kids.start(timeouts=SLOW_EXIT)
-    assert second.wait_for("ready")["outcome"] == "succeeded"
-    first.wait_for("deposed")
-    os.kill(second.pid, signal.SIGKILL)
-    second.finish()
+    first = _depose_a_hanging_holder(kids)
     third = kids.start(timeouts=FAST_EXIT)
     assert third.wait_for("ready")["outcome"] == "claimed_stale"
     assert first.finish()[0] == -signal.SIGTERM
