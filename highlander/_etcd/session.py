@@ -107,8 +107,9 @@ class Session:
         """Start the session's thread (nothing is sent to etcd yet)."""
         self.target = target
         self.ttl = ttl
-        self._portal_cm = anyio.from_thread.start_blocking_portal(name="highlander-etcd")
-        self._portal = self._portal_cm.__enter__()
+        portal_cm = anyio.from_thread.start_blocking_portal(name="highlander-etcd")
+        self._portal = portal_cm.__enter__()
+        self._portal_cm: contextlib.AbstractContextManager[Any] | None = portal_cm
         self.client = Client(target)
         self._portal.call(self.client.__aenter__)
         self._checked_version = False
@@ -176,7 +177,7 @@ class Session:
         with self._lock:
             if self._portal_cm is None:
                 return
-            portal_cm, self._portal_cm = self._portal_cm, None  # type: ignore[assignment]
+            portal_cm, self._portal_cm = self._portal_cm, None
         keeper, self.held = self.keeper, None
         if keeper is not None and revoke:
             with contextlib.suppress(Exception):  # a cluster that is gone ends the lease by TTL
