@@ -24,6 +24,7 @@ _ENDINGS = {
     Outcome.ORPHANED: "the client that started this process is gone",
     Outcome.STEPPED_DOWN: "this process could not serve it any more and stepped down",
     Outcome.LOST_RENDEZVOUS: "its lock file or runtime directory was deleted or replaced",
+    Outcome.LEASE_LOST: "its etcd lease could not be renewed in time (or it was fenced out)",
 }
 
 

@@ -16,13 +16,12 @@ import contextlib
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable
 from types import TracebackType
 
 from highlander._core.errors import Deposed, ForeignHolderError, HighlanderError
 from highlander._ending import ending
-from highlander._host.claim import Reign, unproven
+from highlander._host.claim import Reign
 from highlander._host.event_log import Event, Outcome
 from highlander._host.log import flush
 from highlander._host.modes import Mode, ThrashPolicy
@@ -30,11 +29,11 @@ from highlander._host.record import HolderRecord
 from highlander._host.settings import Options, Settings, checked_timeout
 from highlander._host.threads import hold, start_daemon
 from highlander._shell import one_claim
+from highlander._shell.dial import dial_early
 from highlander._shell.one_claim import AlreadyHoldingError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
-    import socket
     from typing import Any
 
     from highlander._core.deadlines import Timeouts
@@ -57,8 +56,11 @@ class Highlander:
     down because it could not serve any more; default: flush and leave the
     process with status 0), ``on_duplicate(record)`` (WARN), ``timeouts``, ``runtime_dir``,
     ``thrash_limit`` and ``thrash_window``, ``legacy_lock`` (an old lock or
-    pid file to migrate from) and ``exit_when_orphaned`` (default True: the
-    holder leaves when the process that started it exits).
+    pid file to migrate from), ``exit_when_orphaned`` (default True: the
+    holder leaves when the process that started it exits), ``backend``
+    (default ``HIGHLANDER_BACKEND``, else this machine: ``"etcd://h1:2379,h2:2379"``
+    makes holders meet on an etcd cluster, docs/etcd.md) and ``project_id``
+    (etcd only; default ``HIGHLANDER_PROJECT_ID``, else the project's git remote).
 
     Claim with ``Highlander.ensure_singleton(...)``, ``Highlander(...).acquire()``
     (``timeout=`` bounds the wait), ``with Highlander(...) as hl:`` or
@@ -81,6 +83,8 @@ class Highlander:
         thrash_window: float = 60.0,
         legacy_lock: str | os.PathLike[str] | None = None,
         exit_when_orphaned: bool = True,
+        backend: str | None = None,
+        project_id: str | None = None,
     ) -> None:
         self._options = Options(
             app=app,
@@ -92,6 +96,8 @@ class Highlander:
             thrash=ThrashPolicy(thrash_limit, thrash_window),
             legacy_lock=legacy_lock,
             exit_when_orphaned=exit_when_orphaned,
+            backend=backend,
+            project_id=project_id,
         )
         # The client that started us; 1 means no client to outlive (init, a container).
         parent = os.getppid()
@@ -108,7 +114,7 @@ class Highlander:
         #: The holder's record when this process runs as a duplicate.
         self.holder: HolderRecord | None = None
         self.settings: Settings | None = None
-        #: Where holders meet (:mod:`highlander._shell.backend`); one machine today.
+        #: Where holders meet (:mod:`highlander._shell.seam`), chosen at the claim.
         self._backend: Backend | None = None
         self._reign: Reign | None = None
         self._incumbent: Incumbent | None = None
@@ -293,8 +299,8 @@ class Highlander:
             raise Deposed(
                 f"generation {self.generation} ended: {ending(self._ended_as or stepped)}"
             )
-        assert self.settings is not None
-        why = unproven(reign, self.settings.paths, self.generation)
+        assert self.settings is not None and self._backend is not None
+        why = self._backend.unproven(reign, self.settings, self.generation)
         if why is not None:
             raise Deposed(why)
 
@@ -345,15 +351,15 @@ class Highlander:
         starts take a free project and never load the conversation's code.
         """
         if self._backend is None:  # loaded at the claim, not at the import
-            from highlander._shell.backend import LOCAL  # noqa: PLC0415
+            from highlander._shell.backend import backend_for  # noqa: PLC0415
 
-            self._backend = LOCAL
+            self._backend = backend_for(settings)
         reign = self._claim_free(settings, self._backend)
         if reign is not None or settings.mode is not Mode.AUTO:
             return reign
         # Dial the holder before loading the conversation's code: it accepts and
         # derives its key while we import ours (the newcomer's first attempt).
-        first = _dial(settings, self._backend)
+        first = dial_early(settings, self._backend)
         from highlander._shell.newcomer import acquire  # noqa: PLC0415 - contended only
 
         if waiter is None:
@@ -377,8 +383,9 @@ class Highlander:
         """Run beside the holder: the verdict now, the signed look at the holder meanwhile."""
         from highlander._shell.observe import become_duplicate  # noqa: PLC0415
 
+        assert self._backend is not None
         self.outcome = Outcome.DUPLICATE
-        self.holder, self._probe = become_duplicate(settings, self._on_duplicate)
+        self.holder, self._probe = become_duplicate(settings, self._on_duplicate, self._backend)
 
     def _new_incumbent(self) -> Incumbent | None:
         """The server of this reign; ``None`` if release() came first."""
@@ -408,16 +415,3 @@ class Highlander:
         incumbent.stop()
         if self._thread is not None and self._thread is not threading.current_thread():
             incumbent.ended.wait(timeout=5.0)
-
-
-def _dial(settings: Settings, backend: Backend) -> tuple[socket.socket, int] | None:
-    """A conversation with the holder opened early, and when (wall ms, before the connect).
-
-    ``None``: the first attempt opens its own and says what is wrong, if anything.
-    """
-    when = int(time.time() * 1000)
-    try:
-        sock = backend.open(settings)
-    except Exception:  # the attempt opens again and says what is wrong
-        return None
-    return None if sock is None else (sock, when)

@@ -194,6 +194,16 @@ def revoke(lease: int) -> Json:
     return {"ID": str(lease)}
 
 
+def time_to_live(lease: int) -> Json:
+    """``/v3/lease/timetolive``: how long ``lease`` has left."""
+    return {"ID": str(lease)}
+
+
+def remaining(answer: Json) -> tuple[int, int]:
+    """Whole seconds a lease has left (-1 once it is gone), and the TTL it was granted."""
+    return integer(answer.get("TTL")), integer(answer.get("grantedTTL"))
+
+
 def get(key: bytes, *, prefix: bool = False, serializable: bool = False) -> Json:
     """``/v3/kv/range``: ``key`` (or every key under it); linearizable unless ``serializable``."""
     body: Json = {"key": b64(key)}
@@ -224,6 +234,27 @@ def put_if_absent(key: bytes, value: bytes, lease: int) -> Json:
     return {"compare": [compare], "success": [put, read], "failure": [read]}
 
 
+def claim_counted(
+    key: bytes, value: bytes, lease: int, counter: bytes, counter_mod: int, count: int
+) -> Json:
+    """:func:`put_if_absent`, counting the reign: ``counter`` becomes ``count`` in the same txn.
+
+    Only while ``counter`` is as it was read (``counter_mod``: its mod
+    revision, 0 while it does not exist), so two claims never give two
+    reigns one generation.  The counter rides on no lease: it outlives them.
+    """
+    body = put_if_absent(key, value, lease)
+    body["compare"].append(
+        {"key": b64(counter), "target": "MOD", "result": "EQUAL", "mod_revision": str(counter_mod)}
+    )
+    body["success"].insert(1, _put(counter, str(count).encode()))
+    return body
+
+
+def _put(key: bytes, value: bytes) -> Json:
+    return {"request_put": {"key": b64(key), "value": b64(value)}}
+
+
 def move(
     key: bytes,
     value: bytes,
@@ -231,6 +262,7 @@ def move(
     from_lease: int,
     to_lease: int,
     absent: tuple[bytes, ...] = (),
+    also: tuple[tuple[bytes, bytes], ...] = (),
 ) -> Json:
     """``/v3/kv/txn``: the succession's commit: the holder key, from one reign to the next.
 
@@ -240,6 +272,7 @@ def move(
     given in txn request"), so the key's create revision survives the move;
     its mod revision is the new reign's token.  ``absent``: keys that must not
     exist either (a fence's guard that the incumbent's stream did not move on).
+    ``also``: keys put (on no lease) with the move, such as the reign counter.
     """
     compare = [
         {"key": b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": str(token)},
@@ -251,7 +284,8 @@ def move(
     ]
     put = {"request_put": {"key": b64(key), "value": b64(value), "lease": str(to_lease)}}
     read = {"request_range": {"key": b64(key)}}
-    return {"compare": compare, "success": [put, read], "failure": [read]}
+    success = [put, *(_put(name, data) for name, data in also), read]
+    return {"compare": compare, "success": success, "failure": [read]}
 
 
 def txn(answer: Json) -> Txn:

@@ -57,6 +57,8 @@ class Channel:
     #: Revision after which the other side's keys are read.
     since: int
     _sent: int = 0
+    #: How many of the other side's chunks were read (its next key's number).
+    received: int = 0
 
     @property
     def _base(self) -> bytes:
@@ -73,9 +75,9 @@ class Channel:
         body = {"key": api.b64(name), "value": api.b64(value), "lease": str(self.lease)}
         return api.header(await self.client.call("/v3/kv/put", body)).revision
 
-    async def announce(self) -> None:
-        """Say this side is here (the newcomer's open, the holder's answer)."""
-        revision = await self._put(self._name(self.side, HERE), b"")
+    async def announce(self, here: bytes = b"") -> None:
+        """Say this side is here (the newcomer's open, with ``here``: who it is; the answer)."""
+        revision = await self._put(self._name(self.side, HERE), here)
         if self.side == sealing.NEWCOMER:
             self.since = revision
 
@@ -114,6 +116,11 @@ class Channel:
                 except sealing.Unsealable as exc:
                     raise ChannelBroken(str(exc)) from exc
                 expected += 1
+                self.received = expected
+
+    def unread(self) -> tuple[bytes, bytes]:
+        """The other side's next chunk and ``fin``: keys a fence requires absent."""
+        return self._name(self._other, b"%016x" % self.received), self._name(self._other, FIN)
 
     async def forget(self) -> None:
         """Delete every key of the conversation (the newcomer, once it is over)."""
@@ -121,19 +128,28 @@ class Channel:
         await self.client.call("/v3/kv/deleterange", body)
 
 
-async def open_channel(client: Client, root: bytes, lease: int, channel_key: bytes) -> Channel:
-    """A newcomer's new conversation with whoever holds the project at ``root``."""
+async def open_channel(
+    client: Client, root: bytes, lease: int, channel_key: bytes, here: bytes = b""
+) -> Channel:
+    """A newcomer's new conversation with whoever holds the project at ``root``.
+
+    ``here``: what the newcomer says of itself (its holder value, for the commit).
+    """
     conversation = os.urandom(sealing.CONVERSATION_ID_BYTES)
     key = sealing.conversation_key(channel_key, conversation)
     channel = Channel(client, root, conversation, sealing.NEWCOMER, lease, key, since=0)
-    await channel.announce()
+    await channel.announce(here)
     return channel
 
 
 async def incoming(
     client: Client, root: bytes, since: int
-) -> AsyncGenerator[tuple[bytes, int], None]:
-    """``(conversation id, revision)`` of every conversation opened after revision ``since``."""
+) -> AsyncGenerator[tuple[bytes, api.KeyValue], None]:
+    """``(conversation id, its opening key)`` of every conversation opened after ``since``.
+
+    The opening key's lease is the newcomer's, and its value what the
+    newcomer said of itself (unsigned: the conversation proves or refutes it).
+    """
     prefix = conversations(root)
     async with contextlib.aclosing(client.watch(prefix, since + 1, prefix=True)) as events:
         async for event in events:
@@ -143,7 +159,7 @@ async def incoming(
             with contextlib.suppress(ValueError):
                 conversation = bytes.fromhex(rest[: -len(b"/n/" + HERE)].decode("ascii"))
                 if len(conversation) == sealing.CONVERSATION_ID_BYTES:
-                    yield conversation, event.kv.mod_revision
+                    yield conversation, event.kv
 
 
 def accept_channel(
@@ -174,6 +190,8 @@ async def bridge(channel: Channel, end: socket.socket) -> None:
                 data = b""
             if not data:
                 await channel.finish()
+                if _hung_up(end):  # closed, not only shut for writing: nobody reads either
+                    tasks.cancel_scope.cancel()
                 return
             await channel.send(data)
 
@@ -200,3 +218,12 @@ async def bridge(channel: Channel, end: socket.socket) -> None:
             # The peer's stream is over; ours ends when the local end closes.
     finally:
         end.close()
+
+
+def _hung_up(end: socket.socket) -> bool:
+    """Whether the other end closed for good (both directions), as ``poll`` says."""
+    import select  # noqa: PLC0415 - only once a stream ends
+
+    poller = select.poll()
+    poller.register(end, select.POLLHUP)
+    return any(mask & select.POLLHUP for _, mask in poller.poll(0))

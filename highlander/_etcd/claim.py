@@ -17,6 +17,7 @@ in a transaction), so the token is the mod revision throughout.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from highlander._etcd import api
@@ -52,6 +53,46 @@ async def claim(client: Client, key: bytes, value: bytes, lease: int) -> Held | 
             return Held(kv.mod_revision, lease, kv.value)
         return kv
     raise api.MalformedAnswer(f"the holder key {key!r} kept vanishing during the claim")
+
+
+def counter_key(key: bytes) -> bytes:
+    """The key beside the holder key that counts reigns (the generation; on no lease)."""
+    return key + b".generation"
+
+
+def count_of(kv: api.KeyValue | None) -> int:
+    """The generation a counter key records (0: none yet, or not a number)."""
+    if kv is None:
+        return 0
+    try:
+        return max(0, int(kv.value))
+    except ValueError:
+        return 0  # damaged: the claim's compare on its revision still keeps reigns apart
+
+
+async def claim_reign(
+    client: Client, key: bytes, lease: int, value_for: Callable[[int], bytes]
+) -> Held | api.KeyValue:
+    """:func:`claim`, counting the reign: the new holder's value is ``value_for(generation)``.
+
+    The counter is read, then the claim and the counter's increment are one
+    transaction that holds only while the counter is unchanged, so every
+    reign's generation is one more than the reign before it, cluster-wide.
+    """
+    counter = counter_key(key)
+    for _ in range(_RACES):
+        _, kvs = api.got(await client.call("/v3/kv/range", api.get(counter)))
+        last = count_of(kvs[0] if kvs else None)
+        mod = kvs[0].mod_revision if kvs else 0
+        body = api.claim_counted(key, value_for(last + 1), lease, counter, mod, last + 1)
+        answer = api.txn(await client.call("/v3/kv/txn", body))
+        if not answer.kvs:
+            continue  # no holder, but the counter moved (or the key went): again
+        kv = answer.kvs[0]
+        if answer.succeeded or kv.lease == lease:
+            return Held(kv.mod_revision, lease, kv.value)
+        return kv
+    raise api.MalformedAnswer(f"the holder key {key!r} kept changing during the claim")
 
 
 async def commit(

@@ -47,8 +47,9 @@ async def _move_once(
     incumbent: Held,
     to_lease: int,
     absent: tuple[bytes, ...] = (),
+    also: tuple[tuple[bytes, bytes], ...] = (),
 ) -> tuple[Reply, Key | None]:
-    body = api.move(key, value, incumbent.token, incumbent.lease, to_lease, absent)
+    body = api.move(key, value, incumbent.token, incumbent.lease, to_lease, absent, also)
     try:
         answer = api.txn(await client.call("/v3/kv/txn", body))
     except EtcdUnavailableError:
@@ -74,14 +75,16 @@ async def incumbent_moves(
     incumbent: Held,
     newcomer_lease: int,
     may_retry: Callable[[], bool],
+    also: tuple[tuple[bytes, bytes], ...] = (),
 ) -> Then:
     """Run the move after a timely ACK until the rules settle it: DEPOSED, KEEP or STEP_DOWN.
 
     ``may_retry``: whether the incumbent's lease bound still allows another
-    attempt (asked after each unsettled one).
+    attempt (asked after each unsettled one).  ``also``: keys put with the
+    move (the reign counter).
     """
     while True:
-        reply, found = await _move_once(client, key, value, incumbent, newcomer_lease)
+        reply, found = await _move_once(client, key, value, incumbent, newcomer_lease, (), also)
         then = rules.incumbent_learns(reply, found, can_retry=may_retry())
         if then is not Then.RETRY:
             return then
@@ -95,21 +98,47 @@ async def fence(
     fence_lease: int,
     ttl: float,
     unread: tuple[bytes, ...],
+    also: tuple[tuple[bytes, bytes], ...] = (),
 ) -> Key:
     """Fence a silent incumbent out, then say where the key is (for ``rules.after_fence``).
+
+    :func:`fence_out`, the wait of :func:`~highlander._core.etcd_commit.fence_wait`,
+    and a read; a caller with a clock of its own runs the three itself.
+    """
+    found = await fence_out(client, key, value, incumbent, fence_lease, unread, also)
+    if found is not Key.OURS:
+        return found
+    await anyio.sleep(rules.fence_wait(ttl))
+    return await where(client, key, fence_lease, incumbent)
+
+
+async def fence_out(
+    client: Client,
+    key: bytes,
+    value: bytes,
+    incumbent: Held,
+    fence_lease: int,
+    unread: tuple[bytes, ...],
+    also: tuple[tuple[bytes, bytes], ...] = (),
+) -> Key:
+    """The fence's move and revoke; OURS once both applied, else where the key is.
 
     ``fence_lease`` must outlive the incumbent's lease bound (a TTL of at
     least two of the incumbent's); ``unread``: the incumbent's stream keys
     that must not exist (its next chunk, its ``fin``), so a fence never lands
-    on an incumbent that answered after all.
+    on an incumbent that answered after all.  After OURS the caller waits
+    :func:`~highlander._core.etcd_commit.fence_wait` before it acts: every
+    keepalive the incumbent had answered was sent before the revoke applied,
+    so before its answer, and its belief lasts one TTL from such a send.
     """
-    reply, found = await _move_once(client, key, value, incumbent, fence_lease, unread)
+    reply, found = await _move_once(client, key, value, incumbent, fence_lease, unread, also)
     if reply is Reply.LOST and found is Key.THEIRS_INTACT:
         raise EtcdUnavailableError("etcd did not settle the fence: try again", api.UNAVAILABLE)
     if found is not Key.OURS:
         return Key.THEIRS_INTACT if found is None else found
-    await client.call("/v3/lease/revoke", api.revoke(incumbent.lease))
-    # Its belief lasts at most one TTL from its newest answered keepalive, every
-    # one of which was sent before the revoke applied, so before its answer.
-    await anyio.sleep(rules.fence_wait(ttl))
-    return await where(client, key, fence_lease, incumbent)
+    try:
+        await client.call("/v3/lease/revoke", api.revoke(incumbent.lease))
+    except EtcdError as refused:
+        if refused.code != api.NOT_FOUND:
+            raise  # unsettled: the caller tries again (the move is ours already)
+    return Key.OURS

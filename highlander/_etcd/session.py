@@ -31,7 +31,7 @@ import anyio.from_thread
 from highlander._core.errors import ConfigurationError
 from highlander._core.lease import MIN_TTL
 from highlander._etcd import api
-from highlander._etcd.claim import Held, claim, holder, still_held
+from highlander._etcd.claim import Held, claim, claim_reign, holder, still_held
 from highlander._etcd.client import Client
 from highlander._etcd.endpoints import Target
 from highlander._etcd.keeper import Keeper, grant
@@ -79,19 +79,40 @@ class HolderValue:
     exe: str
     uid: int
     app: str
+    #: The reign's place in the count of reigns (the claim or the commit sets it).
+    generation: int = 0
+    #: When the reign began (wall ms) and when the project's last successions were.
+    since_ms: int = 0
+    successions_ms: tuple[int, ...] = ()
+    #: The TTL of the holder's lease (a fence waits it out before it acts).
+    ttl: int = MIN_TTL
 
     def encode(self) -> bytes:
         """The holder key's value."""
-        return json.dumps(self.__dict__, sort_keys=True, separators=(",", ":")).encode()
+        fields = {**self.__dict__, "successions_ms": list(self.successions_ms)}
+        return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, raw: bytes) -> HolderValue | None:
         """The value back; ``None`` for one that is not a holder's (damaged, foreign)."""
         try:
             fields = json.loads(raw)
-            return cls(**{name: fields[name] for name in cls.__dataclass_fields__})
+            named = {name: fields[name] for name in cls.__dataclass_fields__ if name in fields}
+            named["successions_ms"] = tuple(named.get("successions_ms", ()))
+            value = cls(**named)
         except (ValueError, TypeError, KeyError):
             return None
+        numbers = (
+            value.pid,
+            value.start_time,
+            value.uid,
+            value.generation,
+            value.since_ms,
+            value.ttl,
+        )
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in numbers):
+            return None
+        return value
 
     @classmethod
     def mine(cls, app: str, environ: Mapping[str, str]) -> HolderValue:
@@ -129,6 +150,45 @@ class Session:
 
     def claim(self, key: bytes, value: bytes) -> Held | api.KeyValue:
         """Hold ``key`` if nobody does (then keep its lease alive), or the holder's key."""
+        keeper = self.lease_kept()
+        result: Held | api.KeyValue = self._portal.call(
+            claim, self.client, key, value, keeper.lease
+        )
+        if isinstance(result, Held):
+            self.held = result
+        return result
+
+    def claim_reign(self, key: bytes, value_for: Callable[[int], bytes]) -> Held | api.KeyValue:
+        """:meth:`claim`, counting the reign (:func:`~highlander._etcd.claim.claim_reign`)."""
+        keeper = self.lease_kept()
+        result: Held | api.KeyValue = self._portal.call(
+            claim_reign, self.client, key, keeper.lease, value_for
+        )
+        if isinstance(result, Held):
+            self.held = result
+        return result
+
+    def spawn(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        """Run the coroutine function ``fn(*args)`` on the session's loop; do not wait."""
+        return self._portal.start_task_soon(fn, *args)
+
+    def adopt(self, held: Held, keeper: Keeper) -> None:
+        """Hold ``held`` on ``keeper``'s lease from now on (a fence's); the old lease is revoked.
+
+        The old one carried only this session's conversation keys.
+        """
+        old, old_task = self.keeper, self._kept
+        self.keeper, self.held = keeper, held
+        self._kept = self._portal.start_task_soon(keeper.run)
+        self._kept.add_done_callback(self._ended)
+        if old is not None:
+            with contextlib.suppress(Exception):  # it ends by its TTL if etcd is away now
+                self._portal.call(old.revoke)
+        if old_task is not None:
+            old_task.cancel()
+
+    def lease_kept(self) -> Keeper:
+        """This session's lease, granted (and kept alive) at the first call."""
         if not self._checked_version:
             self._checked_version = True
             status = self._portal.call(self.client.call, "/v3/maintenance/status", {})
@@ -140,16 +200,11 @@ class Session:
             self.keeper = Keeper(self.client, lease, clock)
             self._kept = self._portal.start_task_soon(self.keeper.run)
             self._kept.add_done_callback(self._ended)
-        result: Held | api.KeyValue = self._portal.call(
-            claim, self.client, key, value, self.keeper.lease
-        )
-        if isinstance(result, Held):
-            self.held = result
-        return result
+        return self.keeper
 
     def _ended(self, done: Future[Any]) -> None:
-        if done.cancelled():
-            return
+        if done.cancelled() or done is not self._kept:
+            return  # cancelled at close, or a lease this session gave up for another
         why = done.result() if done.exception() is None else f"keeper failed: {done.exception()}"
         for callback in self._lost:
             with contextlib.suppress(Exception):  # one callback's failure must not hide the rest
@@ -189,8 +244,10 @@ class Session:
         portal_cm.__exit__(None, None, None)
 
 
-def session_for(backend: str, environ: Mapping[str, str] | None = None) -> Session:
+def session_for(
+    backend: str, environ: Mapping[str, str] | None = None, *, ttl: int = MIN_TTL
+) -> Session:
     """A :class:`Session` for the ``etcd://`` URL ``backend`` and the ``HIGHLANDER_ETCD_*``."""
     from highlander._etcd.endpoints import parse  # noqa: PLC0415
 
-    return Session(parse(backend, os.environ if environ is None else environ))
+    return Session(parse(backend, os.environ if environ is None else environ), ttl=ttl)

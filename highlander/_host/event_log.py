@@ -67,10 +67,12 @@ class Event(enum.StrEnum):
     CONNECTION_FAILED = "connection_failed"  # an unexpected error ended one conversation only
     SERVING_FAILED = "serving_failed"  # the holder could not serve any more and stepped down
     LOST_RENDEZVOUS = "lost_rendezvous"  # the holder's lock file or runtime dir was taken: it left
+    LEASE_LOST = "lease_lost"  # (etcd) the holder's lease was not renewed in time: it let go
     SOCKET_RESTORED = "socket_restored"  # the holder published its socket again at its path
     SOCKET_BLOCKED = "socket_blocked"  # something at the socket path stops the holder publishing
     TERMINATED = "terminated"  # SIGTERM sent (through a verified pidfd)
     KILLED = "killed"  # SIGKILL sent (through a verified pidfd)
+    FENCED = "fenced"  # (etcd) a hung holder's key moved off its lease, and the lease revoked
     ORPHANED = "orphaned"  # the holder's parent (its client) is gone
     LEGACY_REMOVED = "legacy_removed"
     LEGACY_KEPT = "legacy_kept"
@@ -93,6 +95,7 @@ class Outcome(enum.StrEnum):
     ORPHANED = "orphaned"  # (incumbent) left because its parent process ended
     STEPPED_DOWN = "stepped_down"  # (incumbent) could not serve any more; gave the project up
     LOST_RENDEZVOUS = "lost_rendezvous"  # (incumbent) its lock file or runtime dir was taken
+    LEASE_LOST = "lease_lost"  # (incumbent, etcd) its lease was not renewed in time, or fenced
 
 
 class EventLog:

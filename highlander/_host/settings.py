@@ -69,6 +69,8 @@ class Options(Value):
     thrash: ThrashPolicy
     legacy_lock: str | os.PathLike[str] | None
     exit_when_orphaned: bool
+    backend: str | None = None
+    project_id: str | None = None
 
     def resolve(self) -> Settings:
         """Resolve every option (argument, then environment, then default)."""
@@ -82,6 +84,8 @@ class Options(Value):
             thrash=self.thrash,
             legacy_lock=self.legacy_lock,
             exit_when_orphaned=self.exit_when_orphaned,
+            backend=self.backend,
+            project_id=self.project_id,
         )
 
 
@@ -102,6 +106,9 @@ class Settings:
         env: Mapping[str, str] | None = None,
         legacy_lock: str | None = None,
         exit_when_orphaned: bool = True,
+        backend: str | None = None,
+        project_id: str | None = None,
+        lease_ttl: int = 5,
     ) -> None:
         self.app = app
         self.root = root
@@ -114,6 +121,11 @@ class Settings:
         self.env: Mapping[str, str] = os.environ if env is None else env
         self.legacy_lock = legacy_lock
         self.exit_when_orphaned = exit_when_orphaned
+        #: The etcd URL holders meet at (``None``: this machine), the project's id
+        #: there (the same on every host) and the holder's lease TTL.
+        self.backend = backend
+        self.project_id = project_id
+        self.lease_ttl = lease_ttl
         self._key: bytes | None = None
         #: Where the fencing generation's floor outlives a wiped runtime directory.
         self.floor_path = floor_path(paths.base, self.env)
@@ -132,14 +144,25 @@ class Settings:
         env: Mapping[str, str] | None = None,
         legacy_lock: str | os.PathLike[str] | None = None,
         exit_when_orphaned: bool = True,
+        backend: str | None = None,
+        project_id: str | None = None,
     ) -> Settings:
         """Resolve every option (argument, then environment, then default)."""
+        from highlander._host.backend_choice import choose_backend, lease_ttl  # noqa: PLC0415
+
         env = os.environ if env is None else env
+        chosen_backend = choose_backend(backend, env)
         name = check_app(app or default_app())
         root = project_root(project, env=env)
         directory = runtime_directory(runtime_dir, env)
         paths = project_paths(directory, name, root, secret=names_key(directory))
         chosen = resolve_mode(mode, env)
+        if chosen_backend is not None:
+            from pathlib import Path  # noqa: PLC0415 - etcd only
+
+            from highlander._host.project_id import derive  # noqa: PLC0415
+
+            project_id = derive(Path(root), project_id, env).key
         return cls(
             app=name,
             root=root,
@@ -152,6 +175,9 @@ class Settings:
             env=env,
             legacy_lock=os.path.abspath(legacy_lock) if legacy_lock is not None else None,
             exit_when_orphaned=exit_when_orphaned,
+            backend=chosen_backend,
+            project_id=project_id if chosen_backend is not None else None,
+            lease_ttl=lease_ttl(env) if chosen_backend is not None else 5,
         )
 
     def renamed(self, *, create: bool = False) -> bool:
@@ -182,9 +208,27 @@ class Settings:
             from highlander._core.signing import derive_key  # noqa: PLC0415 - keeps the claim path light
             from highlander._host.token import resolve_token  # noqa: PLC0415
 
+            if self.backend is not None and not self.shared_token():
+                raise ConfigurationError(
+                    "the etcd backend needs one secret shared by every host: set "
+                    "HIGHLANDER_TOKEN (or token=) to the same value on each"
+                )
             secret = resolve_token(self.token, runtime_dir=self.paths.runtime_dir, env=self.env)
-            self._key = derive_key(secret.secret, project_key(self.root))
+            self._key = derive_key(secret.secret, self.project_key())
         return self._key
+
+    def shared_token(self) -> bool:
+        """Whether the token was given (argument or ``HIGHLANDER_TOKEN``), not a per-user file."""
+        from highlander._host.token import TOKEN_VAR  # noqa: PLC0415
+
+        given = self.token if self.token is not None else self.env.get(TOKEN_VAR, "")
+        return bool(given.strip())
+
+    def project_key(self) -> bytes:
+        """The project's 32-byte key: of its root here, of its id across hosts (etcd)."""
+        if self.project_id is not None:
+            return project_key("etcd-project:" + self.project_id)
+        return project_key(self.root)
 
 
 def checked_timeout(timeout: float | None) -> float | None:

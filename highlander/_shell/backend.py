@@ -12,11 +12,14 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
     import socket
 
+    from highlander._core.messages import Hello, Saved
     from highlander._core.patience import Look
-    from highlander._host.identity import Expected
+    from highlander._core.policy import Setback
+    from highlander._host.identity import Expected, PeerCredentials
     from highlander._host.record import HolderRecord
     from highlander._host.settings import Settings
     from highlander._host.waiting import Waiter
+    from highlander._shell.client import Greeting, Silent
     from highlander._shell.incumbent import Incumbent
     from highlander._shell.seam import Backend
 
@@ -79,6 +82,87 @@ class LocalBackend:
 
         await see_out(incumbent, predecessor)
 
+    # -- the conversation -----------------------------------------------------------
+
+    def place(self, settings: Settings) -> str:
+        """See :meth:`Backend.place`: the project's socket path."""
+        return settings.paths.socket
+
+    def peer(self, sock: socket.socket) -> PeerCredentials:
+        """See :meth:`Backend.peer`: ``SO_PEERCRED``."""
+        from highlander._host.identity import peer_credentials  # noqa: PLC0415
+
+        return peer_credentials(sock)
+
+    def sees(self, sock: socket.socket) -> bool:
+        """See :meth:`Backend.sees`: one machine, one kernel."""
+        return True
+
+    def hello_problem(
+        self, settings: Settings, hello: Hello, sock: socket.socket, pid: int
+    ) -> str | None:
+        """See :meth:`Backend.hello_problem`: HELLO against ``/proc``."""
+        from highlander._shell.client import hello_problem  # noqa: PLC0415 - it imports us
+
+        return hello_problem(settings, hello, pid)
+
+    def silent(self, settings: Settings, greeting: Silent, connected_ms: int) -> Setback:
+        """See :meth:`Backend.silent`: the record and the kernel decide."""
+        from highlander._shell.silent import local_silent  # noqa: PLC0415 - rare
+
+        return local_silent(settings, greeting, connected_ms)
+
+    async def await_exit(self, settings: Settings, pid: int, within: float, waiter: Waiter) -> None:
+        """See :meth:`Backend.await_exit`: a pidfd."""
+        from highlander._host.termination import wait_for_exit  # noqa: PLC0415 - rare
+
+        await wait_for_exit(pid, within, waiter)
+
+    # -- the handover -----------------------------------------------------------------
+
+    async def conclude(
+        self, settings: Settings, greeting: Greeting, saved: Saved, fds: list[int], started: float
+    ) -> Reign | None:
+        """See :meth:`Backend.conclude`: adopt the descriptors, ACK, ask the kernel."""
+        from highlander._shell.handover import conclude  # noqa: PLC0415 - after SAVED
+
+        return await conclude(settings, greeting, saved, fds, started)
+
+    def descriptors(self, reign: Reign) -> list[int]:
+        """See :meth:`Backend.descriptors`: the lock and the listener."""
+        return [reign.lock.fd, reign.listener.sock.fileno()]
+
+    async def lost_before_saved(self, incumbent: Incumbent) -> bool:
+        """See :meth:`Backend.lost_before_saved`: the lock file still at its path."""
+        from highlander._shell.watch import lost_before_saved  # noqa: PLC0415
+
+        return await lost_before_saved(incumbent)
+
+    async def take_back(self, incumbent: Incumbent) -> None:
+        """See :meth:`Backend.take_back`: a fresh lock description and listener."""
+        from highlander._shell.watch import take_back  # noqa: PLC0415
+
+        await take_back(incumbent)
+
+    async def commit(self, incumbent: Incumbent, sock: socket.socket) -> bool:
+        """See :meth:`Backend.commit`: the successor holds copies; closing ours is the commit."""
+        return True
+
+    def unproven(self, reign: Reign, settings: Settings, generation: int) -> str | None:
+        """See :meth:`Backend.unproven`: the lock, the lock file and the record."""
+        from highlander._host.claim import unproven  # noqa: PLC0415
+
+        return unproven(reign, settings.paths, generation)
+
 
 #: The backend every claim uses today.
 LOCAL: Backend = LocalBackend()
+
+
+def backend_for(settings: Settings) -> Backend:
+    """The backend ``settings`` choose: this machine, or the etcd cluster they name."""
+    if settings.backend is None:
+        return LOCAL
+    from highlander._shell.etcd_backend import EtcdBackend  # noqa: PLC0415 - etcd users only
+
+    return EtcdBackend(settings)

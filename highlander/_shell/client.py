@@ -30,11 +30,16 @@ from highlander._core.policy import Impostor
 from highlander._core.state import Role
 from highlander._core.values import Value
 from highlander._host.event_log import Event
-from highlander._host.identity import PeerCredentials, peer_credentials, process_identity, run_state
+from highlander._host.identity import PeerCredentials, process_identity, run_state
 from highlander._host.settings import Settings
 from highlander._host.waiting import Waiter
+from highlander._shell.backend import LOCAL
 from highlander._shell.dial import QueueFull, connect
 from highlander._shell.wire import Overdue, receive_event
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
+if TYPE_CHECKING:
+    from highlander._shell.seam import Backend
 
 __all__ = ["Greeting", "Mismatch", "QueueFull", "Silent", "connect", "greet", "probe"]
 
@@ -47,6 +52,8 @@ class Greeting(Value):
     hello: Hello
     peer: PeerCredentials
     waiter: Waiter
+    #: Whether this machine's kernel can see the peer (``/proc``): never another host.
+    local: bool = True
 
 
 class Silent(Value):
@@ -78,15 +85,18 @@ def check_uid(settings: Settings, peer: PeerCredentials) -> None:
 
 
 async def greet(
-    settings: Settings, sock: socket.socket, waiter: Waiter
+    settings: Settings, sock: socket.socket, waiter: Waiter, backend: Backend = LOCAL
 ) -> Greeting | Silent | Mismatch:
     """Read and verify HELLO on a fresh connection.
 
-    Raises :class:`AuthenticationError` (token), :class:`VersionMismatchError`,
-    :class:`ForeignHolderError` (another uid) or :class:`OtherAppError`.
+    Who answers, and whether HELLO matches it, is the ``backend``'s to say
+    (locally ``SO_PEERCRED`` and ``/proc``).  Raises :class:`AuthenticationError`
+    (token), :class:`VersionMismatchError`, :class:`ForeignHolderError` (another
+    uid) or :class:`OtherAppError`.
     """
-    peer = peer_credentials(sock)
+    peer = backend.peer(sock)
     check_uid(settings, peer)
+    local, place = backend.sees(sock), backend.place(settings)
     conn = Connection(
         Role.NEWCOMER,
         key=settings.key(),
@@ -94,11 +104,11 @@ async def greet(
         now=waiter.now(),
         timeouts=settings.timeouts,
     )
-    before = run_state(peer.pid, threads=False)
+    before = run_state(peer.pid, threads=False) if local else None
     try:
         hello = await receive_event(sock, conn, waiter)
     except Overdue:
-        after = run_state(peer.pid)
+        after = run_state(peer.pid) if local else None
         busy = looks_busy(before, after)
         settings.events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="hello", busy=busy)
         halted = after is not None and after.state in "Tt"
@@ -106,7 +116,7 @@ async def greet(
     except SignatureError as exc:
         settings.events.emit(Event.AUTH_FAILED, peer_pid=peer.pid, reason=str(exc))
         raise AuthenticationError(
-            f"the holder (pid {peer.pid}) on {settings.paths.socket} does not share this "
+            f"the holder (pid {peer.pid}) on {place} does not share this "
             f"token ({exc}); give every client the same HIGHLANDER_TOKEN"
         ) from None
     except RemoteProtocolError as exc:
@@ -114,19 +124,19 @@ async def greet(
         if exc.reason is Reason.VERSION:
             raise VersionMismatchError(str(exc)) from None
         raise ForeignHolderError(
-            f"pid {peer.pid} on {settings.paths.socket} does not speak the Highlander protocol "
+            f"pid {peer.pid} on {place} does not speak the Highlander protocol "
             f"({exc}): it is not a Highlander holder; Highlander will not signal it"
         ) from None
     if isinstance(hello, Closed):
         return Silent(peer.pid, closed=True)
     assert isinstance(hello, Hello)
-    problem = hello_problem(settings, hello, peer.pid)
+    problem = backend.hello_problem(settings, hello, sock, peer.pid)
     if problem is not None:
         return Mismatch(peer.pid, problem)
     if hello.app != settings.app:
         raise other_app(settings, hello, peer.pid)
     settings.events.emit(Event.HELLO, peer_pid=peer.pid, generation=hello.generation)
-    return Greeting(sock, conn, hello, peer, waiter)
+    return Greeting(sock, conn, hello, peer, waiter, local)
 
 
 def hello_problem(settings: Settings, hello: Hello, kernel_pid: int) -> str | None:
@@ -157,21 +167,24 @@ def other_app(settings: Settings, hello: Hello, pid: int) -> OtherAppError:
     )
 
 
-async def probe(settings: Settings, waiter: Waiter) -> dict[str, Any]:
+async def probe(
+    settings: Settings, waiter: Waiter, backend: Backend | None = None
+) -> dict[str, Any]:
     """OBSERVE/WARN: look at the holder without asking anything of it.
 
     Returns what was learnt (``answering``, ``pid``); a holder that does not
     answer in time is reported (event ``hung``), never signalled.
     """
+    backend = backend or LOCAL
     try:
-        sock = connect(settings.paths.socket)
+        sock = backend.open(settings)
     except QueueFull:
         return {"answering": False, "pid": None, "error": "its connection queue is full"}
     if sock is None:
         settings.events.emit(Event.UNREACHABLE, socket=settings.paths.socket)
         return {"answering": False, "pid": None, "error": "no socket"}
     try:
-        greeting = await greet(settings, sock, waiter)
+        greeting = await greet(settings, sock, waiter, backend)
         if isinstance(greeting, Greeting):
             return {"answering": True, "pid": greeting.hello.pid}
         if isinstance(greeting, Silent) and not greeting.closed:

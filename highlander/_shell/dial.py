@@ -11,6 +11,11 @@ from __future__ import annotations
 import errno
 import socket
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
+if TYPE_CHECKING:
+    from highlander._host.settings import Settings
+    from highlander._shell.seam import Backend
+
 
 class QueueFull(Exception):  # noqa: N818 - a condition the callers turn into their own answer
     """The holder's queue of pending connections is full: it is not accepting now."""
@@ -42,3 +47,20 @@ def connect(path: str) -> socket.socket | None:
             return None
         raise
     return sock
+
+
+def dial_early(settings: Settings, backend: Backend) -> tuple[socket.socket, int] | None:
+    """A conversation with the holder opened early, and when (wall ms, before the connect).
+
+    The holder accepts and derives its key while the newcomer imports the
+    conversation's code.  ``None``: the first attempt opens its own and says
+    what is wrong, if anything.
+    """
+    import time  # noqa: PLC0415 - contended only
+
+    when = int(time.time() * 1000)
+    try:
+        sock = backend.open(settings)
+    except Exception:  # the attempt opens again and says what is wrong
+        return None
+    return None if sock is None else (sock, when)

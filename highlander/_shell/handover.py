@@ -110,7 +110,7 @@ async def _verdict(
     settings: Settings, greeting: Greeting, lock_fd: int, answer: Answer
 ) -> tuple[Verdict, Answer]:
     """Hear the incumbent's answer, then ask the kernel whether it let go of the lock."""
-    answer = await _hear(settings, greeting, answer)
+    answer = await hear(settings, greeting, answer)
     st = os.fstat(lock_fd)
     released = let_go(greeting.peer.pid, greeting.hello.start_time, (st.st_dev, st.st_ino))
     return newcomer_decides(answer, released), answer
@@ -149,7 +149,7 @@ def _still_ours(settings: Settings, lock_fd: int) -> bool:
     return fd_holds_flock(lock_fd) and here == (st.st_dev, st.st_ino)
 
 
-async def _hear(settings: Settings, greeting: Greeting, answer: Answer) -> Answer:
+async def hear(settings: Settings, greeting: Greeting, answer: Answer) -> Answer:
     """How the incumbent answered our ACK (or what was queued when it could not be sent).
 
     An incumbent the machine keeps off the CPU cannot act on the ACK in
@@ -158,13 +158,14 @@ async def _hear(settings: Settings, greeting: Greeting, answer: Answer) -> Answe
     """
     conn, peer, waiter = greeting.conn, greeting.peer, greeting.waiter
     limit = settings.timeouts.exit_grace
-    before, began = run_state(peer.pid, threads=False), waiter.now()
+    local = greeting.local  # another host's process: only its answer counts
+    before, began = run_state(peer.pid, threads=False) if local else None, waiter.now()
     while True:
         try:
             event = await receive_event(greeting.sock, conn, waiter)
             break
         except Overdue:
-            after = run_state(peer.pid)
+            after = run_state(peer.pid) if local else None
             if not grace_again(before, after, waiter.now() - began, limit):
                 return Answer.SILENT
             conn.spare(waiter.now())

@@ -34,7 +34,7 @@ from highlander._core.messages import (
 from highlander._core.state import Role
 from highlander._host.claim import Reign
 from highlander._host.event_log import Event, Outcome
-from highlander._host.identity import PeerCredentials, own_identity, peer_credentials
+from highlander._host.identity import PeerCredentials, own_identity
 from highlander._host.listener import Listener
 from highlander._host.settings import Settings
 from highlander._host.tasks import Closed
@@ -48,7 +48,7 @@ from highlander._shell.serving_guard import (
     describe,
     step_down,
 )
-from highlander._shell.watch import lost_before_saved, take_back, watch_parent
+from highlander._shell.watch import watch_parent
 from highlander._shell.wire import Overdue, receive_event, send_message
 
 if TYPE_CHECKING:
@@ -209,7 +209,7 @@ class Incumbent:
         peer: PeerCredentials | None = None
         events = self.settings.events
         try:
-            peer = peer_credentials(sock)
+            peer = self.backend.peer(sock)
             if peer.uid != os.geteuid():
                 events.emit(Event.AUTH_FAILED, peer_pid=peer.pid, reason=f"peer uid {peer.uid}")
                 return
@@ -316,11 +316,11 @@ class Incumbent:
             await self._refuse(sock, conn, Reason.INTERNAL, detail)
             events.emit(Event.REFUSED, peer_pid=peer.pid, reason=Reason.INTERNAL, detail=detail)
             return
-        if await lost_before_saved(self):
+        if await self.backend.lost_before_saved(self):
             return
         succeed = save.intent is Intent.SUCCEED
-        fds = [self.reign.lock.fd, self.reign.listener.sock.fileno()] if succeed else []
-        self.handed_over = bool(fds)
+        self.handed_over = succeed
+        fds = self.backend.descriptors(self.reign) if succeed else []
         await send_message(sock, conn, saved, self.runtime, fds)
         events.emit(
             Event.SAVED,
@@ -337,7 +337,7 @@ class Incumbent:
             # An ACK that crosses this is void: say so, so the newcomer lets go at once.
             with contextlib.suppress(OSError):
                 await self._refuse(sock, conn, Reason.LATE, LATE)
-            await take_back(self)  # a stopped successor's copies must not outlive us
+            await self.backend.take_back(self)  # a stopped successor's copies must not outlive us
             raise
         except BaseException:
             self.handed_over = False
@@ -352,6 +352,9 @@ class Incumbent:
             # and listener closed with it.  Nothing changed: keep serving.
             self.handed_over = False
             events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="ack", reason="successor left")
+            return
+        if succeed and not await self.backend.commit(self, sock):
+            self.handed_over = False  # nothing moved (or the reign ended another way)
             return
         outcome = Outcome.DEPOSED if succeed else Outcome.STOPPED
         await self._step_down(sock, outcome, peer, started)

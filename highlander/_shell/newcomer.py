@@ -26,7 +26,6 @@ import os
 import time
 
 from highlander._core.connection import Closed
-from highlander._core.deadlines import Phase
 from highlander._core.errors import ForeignHolderError, HighlanderError, IncumbentUnreachableError
 from highlander._core.messages import Busy, Intent, Refused, Saved
 from highlander._core.patience import Look
@@ -39,32 +38,29 @@ from highlander._core.policy import (
     Claim,
     Crowded,
     EndUnreachable,
-    Fresh,
     GiveUp,
     Impostor,
     Leaving,
-    Missed,
     Nobody,
     Policy,
     Relocate,
     Setback,
     Signal,
-    Starved,
     Transition,
 )
 from highlander._core.values import Value
 from highlander._host.claim import Reign
 from highlander._host.event_log import Event
-from highlander._host.identity import Expected, holds_lock, is_halted
+from highlander._host.identity import Expected, is_halted
 from highlander._host.modes import Mode
 from highlander._host.settings import Settings
 from highlander._host.waiting import Waiter
 from highlander._shell.backend import LOCAL
 from highlander._shell.client import Greeting, Mismatch, QueueFull, Silent, greet
-from highlander._shell.handover import conclude
 from highlander._shell.live import SaveEcho
 from highlander._shell.one_claim import claimed_twice
 from highlander._shell.save_request import refusal_error, request_save
+from highlander._shell.setbacks import HolderFresh, HolderMissed, HolderStarved
 from highlander._shell.time_limit import OutOfTime, TimeLimit, check, out_of_time, unlimited
 from highlander._shell.wire import Overdue, close_fds
 
@@ -77,20 +73,6 @@ if TYPE_CHECKING:
 
 class Duplicate(Value):
     """OBSERVE/WARN: a live holder exists and we run beside it (who it is, the caller checks)."""
-
-
-# The policy's setbacks that name a verified holder, with who it is: the
-# process the verified kill may end (:mod:`highlander._host.termination`).
-class _Missed(Missed):
-    target: Expected
-
-
-class _Fresh(Fresh):
-    target: Expected
-
-
-class _Starved(Starved):
-    target: Expected
 
 
 async def acquire(
@@ -164,13 +146,9 @@ async def _execute(
             await waiter.sleep(decision.pause)  # a working holder: look again soon
         await waiter.sleep(decision.delay)
     elif isinstance(decision, AwaitExit):
-        # Loaded here, like what ends or waits out a holder below: a plain
-        # succession needs none of it (issue #16: nothing on its path it does not use).
-        from highlander._host.termination import wait_for_exit  # noqa: PLC0415
-
-        await wait_for_exit(decision.pid, decision.within, waiter)
+        await backend.await_exit(settings, decision.pid, decision.within, waiter)
     elif isinstance(decision, Signal):
-        assert isinstance(found, _Missed | _Fresh | _Starved)
+        assert isinstance(found, HolderMissed | HolderFresh | HolderStarved)
         check(waiter)  # a kill once begun runs to its end: never begin one out of time
         events.emit(Event.HUNG, peer_pid=found.target.pid, phase=decision.phase)
         why = f"missed {decision.phase}"
@@ -225,14 +203,14 @@ async def _attempt(
         return Nobody()
     fds: list[int] = []
     try:
-        greeting = await greet(settings, sock, waiter)
+        greeting = await greet(settings, sock, waiter, backend)
         if isinstance(greeting, Mismatch):
             return greeting
         if isinstance(greeting, Silent):
-            return _silent(settings, greeting, connected_ms, backend)
+            return backend.silent(settings, greeting, connected_ms)
         if greeting.hello.pid == os.getpid():
             raise claimed_twice(settings)
-        return await _succeed(settings, greeting, fds)
+        return await _succeed(settings, greeting, fds, backend)
     except (BrokenPipeError, ConnectionResetError, TimeoutError):
         # The holder went away mid-conversation (e.g. it was just deposed), or
         # stopped reading: the next attempt finds out which, under deadlines.
@@ -240,33 +218,6 @@ async def _attempt(
     finally:
         close_fds(fds)
         sock.close()
-
-
-def _silent(settings: Settings, greeting: Silent, connected_ms: int, backend: Backend) -> Setback:
-    """Connected, but no HELLO: decide from the holder's record, never from a guess."""
-    if greeting.closed:
-        return Changed()
-    from highlander._shell.observe import record_target  # noqa: PLC0415 - see _execute
-
-    record = backend.holder(settings)
-    target = record_target(settings, record)
-    if target is None or record is None:
-        raise ForeignHolderError(
-            f"pid {greeting.pid} listens on {settings.paths.socket} without answering, "
-            "and no holder's record names it: Highlander will not signal it"
-        )
-    if target.pid == os.getpid():
-        raise claimed_twice(settings)
-    if target.pid != greeting.pid or not holds_lock(target.pid, settings.paths.lock):
-        # Either a successor serves the inherited listener before its record
-        # exists, or the recorded holder has committed a handover (it let go
-        # of the lock) and its successor has not taken the listener yet.
-        return Transition(greeting.pid, target.pid)
-    if record.since_ms >= connected_ms:
-        return _Fresh(record.generation, target=target)
-    if greeting.busy:
-        return _Starved(target=target)
-    return _Missed(Phase.HELLO.value, greeting.halted, target=target)
 
 
 def _hello_target(greeting: Greeting, lock_path: str | None) -> Expected:
@@ -279,17 +230,20 @@ def _hello_target(greeting: Greeting, lock_path: str | None) -> Expected:
     return Expected(hello.pid, hello.start_time, hello.exe, greeting.peer.uid, None, lock_path)
 
 
-async def _succeed(settings: Settings, greeting: Greeting, fds: list[int]) -> Reign | Setback:
+async def _succeed(
+    settings: Settings, greeting: Greeting, fds: list[int], backend: Backend
+) -> Reign | Setback:
     events, peer, waiter = settings.events, greeting.peer, greeting.waiter
     started = waiter.now()
     try:
         with SaveEcho(events, peer.pid) as live:
             event = await request_save(
-                settings, greeting, Intent.SUCCEED, live.report, fds, spare_starved=True
+                settings, greeting, Intent.SUCCEED, live.report, fds, spare_starved=greeting.local
             )
     except Overdue as exc:
         target = _hello_target(greeting, settings.paths.lock)
-        return _Missed(exc.deadline.phase.value, is_halted(peer.pid), target=target)
+        halted = greeting.local and is_halted(peer.pid)
+        return HolderMissed(exc.deadline.phase.value, halted, target=target)
     if isinstance(event, Closed):
         events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="save", reason="incumbent vanished")
         return Changed()
@@ -302,5 +256,5 @@ async def _succeed(settings: Settings, greeting: Greeting, fds: list[int]) -> Re
     assert isinstance(event, Saved)
     # From here the takeover runs to its end (commit or abort), time limit or not.
     greeting = greeting._replace(waiter=unlimited(waiter))
-    reign = await conclude(settings, greeting, event, fds, started)
+    reign = await backend.conclude(settings, greeting, event, fds, started)
     return Changed() if reign is None else reign

@@ -35,6 +35,8 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
     from typing import Any
 
+    from highlander._shell.seam import Backend
+
 
 def record_target(settings: Settings, record: HolderRecord | None) -> Expected | None:
     """The holder as its record describes it, to be verified before any signal."""
@@ -64,7 +66,7 @@ def verified_holder(settings: Settings) -> HolderRecord | None:
 
 
 def probe_in_background(
-    settings: Settings, then: Callable[[dict[str, Any]], None]
+    settings: Settings, then: Callable[[dict[str, Any]], None], backend: Backend | None = None
 ) -> threading.Thread:
     """Look at the holder over the socket on a daemon thread; pass what was learnt to ``then``.
 
@@ -75,16 +77,18 @@ def probe_in_background(
         from highlander._host.waiting import BLOCKING, run_blocking  # noqa: PLC0415
         from highlander._shell.client import probe  # noqa: PLC0415 - off the verdict's path
 
-        then(run_blocking(probe(settings, BLOCKING)))
+        then(run_blocking(probe(settings, BLOCKING, backend)))
 
     return start_daemon(run, "highlander-probe")
 
 
 def become_duplicate(
-    settings: Settings, on_duplicate: Callable[[HolderRecord | None], Any] | None
+    settings: Settings,
+    on_duplicate: Callable[[HolderRecord | None], Any] | None,
+    backend: Backend,
 ) -> tuple[HolderRecord | None, threading.Thread]:
     """Log the verdict, warn (WARN), start the probe; return the verified holder and the probe."""
-    record = verified_holder(settings)
+    record = verified_holder(settings) if backend.name == "local" else backend.holder(settings)
     holder_pid = record.pid if record else None
     settings.events.emit(Event.DETECTED, holder_pid=holder_pid)
     settings.events.emit(Event.DUPLICATE, holder_pid=holder_pid, outcome=Outcome.DUPLICATE)
@@ -98,7 +102,7 @@ def become_duplicate(
         if warning and not seen.get("answering"):
             warn_not_answering(settings, seen)
 
-    return record, probe_in_background(settings, probed)
+    return record, probe_in_background(settings, probed, backend)
 
 
 def warn_duplicate(settings: Settings, record: HolderRecord | None) -> None:

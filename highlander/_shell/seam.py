@@ -2,31 +2,34 @@
 
 Everything above this seam decides and is the same whatever the backend:
 the protocol core (messages, signing, the state machine, deadlines), the
-newcomer's policy, modes and the event log.  A backend answers five
-questions about one place where holders meet, and nothing else:
+newcomer's policy, modes and the event log.  A backend answers questions
+about one place where holders meet, and nothing else:
 
 1. **claim** the project while nobody holds it, with a fencing token;
-2. **holder**: who holds it now, as the backend records it (to be verified
-   before any fence), and **look**: that, with whatever the backend can see
-   of the holder's work, as one sample for the newcomer's policy;
-3. **open** one succession conversation with whoever serves it;
-4. **fence** out a holder found hung;
-5. **watch** the claim while holding it, and end the reign when it is lost.
+   **holder**: who holds it now, as the backend records it, and **look**:
+   that, with whatever the backend can see of the holder's work, as one
+   sample for the newcomer's policy;
+2. the **conversation**: **open** one with whoever serves the project, say
+   who answers (**peer**, **sees**, **hello_problem**, **place** for
+   messages) and what a silent one means (**silent**);
+3. the **handover**: what goes with SAVED (**descriptors**), the commit on
+   each side (**commit** in the incumbent after a timely ACK, **conclude**
+   in the newcomer after SAVED), and what a holder checks and undoes around
+   it (**lost_before_saved**, **take_back**);
+4. **fence** out a holder found hung, **await_exit** of one that is leaving,
+   **see_out** a deposed predecessor;
+5. **watch** the claim while holding it, and end the reign when it is lost;
+   **unproven**: why ``check_current()`` cannot pass.
 
-:class:`~highlander._shell.backend.LocalBackend` is the first one: ``flock`` and a generation floor,
-the record checked against ``/proc``, a Unix socket with ``SO_PEERCRED``
-and ``SCM_RIGHTS``, the verified kill through a pidfd, and an inotify
-watch of the runtime directory.  An etcd backend (issue #15) is a second
-implementation of the same five operations: a transaction on
-``create_revision == 0`` for the claim, the holder key and its lease, the
-same signed frames carried as keys and watches, a lease revoked as the
-fence, and a keepalive that is not answered in time as the loss.
-``docs/architecture.md`` has the table.
-
-Not yet behind the seam (the conversation's transport still is a socket,
-:mod:`highlander._shell.wire`): frames reach the core as bytes, so a second
-transport replaces :func:`~highlander._shell.wire.send_frame` and the read
-in :func:`~highlander._shell.wire.receive_event`; the core does not change.
+:class:`~highlander._shell.backend.LocalBackend` is one machine: ``flock``
+and a generation floor, the record checked against ``/proc``, a Unix socket
+with ``SO_PEERCRED`` and ``SCM_RIGHTS``, the verified kill through a pidfd,
+and an inotify watch of the runtime directory.
+:class:`~highlander._shell.etcd_backend.EtcdBackend` is an etcd cluster:
+the holder key on a lease (claim: ``create_revision == 0``), the same signed
+frames carried as sealed keys and bridged to a socket, the commit as one
+transaction, a guarded move and a revoke as the fence, and a keepalive not
+answered in time as the loss.  ``docs/architecture.md`` has the table.
 """
 
 from __future__ import annotations
@@ -37,17 +40,20 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING (only type checkers import this mo
 if TYPE_CHECKING:
     import socket
 
+    from highlander._core.messages import Hello, Saved
     from highlander._core.patience import Look
+    from highlander._core.policy import Setback
     from highlander._host.claim import Reign
-    from highlander._host.identity import Expected
+    from highlander._host.identity import Expected, PeerCredentials
     from highlander._host.record import HolderRecord
     from highlander._host.settings import Settings
     from highlander._host.waiting import Waiter
+    from highlander._shell.client import Greeting, Silent
     from highlander._shell.incumbent import Incumbent
 
 
 class Backend(Protocol):
-    """Where holders meet: the five operations of the module docstring."""
+    """Where holders meet: the operations of the module docstring."""
 
     #: Short name, as in ``HIGHLANDER_BACKEND`` (``local``).
     name: str
@@ -94,3 +100,43 @@ class Backend(Protocol):
 
         Off the successor's critical path: the handover committed already.
         """
+
+    def place(self, settings: Settings) -> str:
+        """Where holders meet, for messages (a socket path, an etcd cluster and project)."""
+
+    def peer(self, sock: socket.socket) -> PeerCredentials:
+        """Who is at the other end of the conversation ``sock`` (opened or accepted)."""
+
+    def sees(self, sock: socket.socket) -> bool:
+        """Whether this machine's kernel can see that peer's process (``/proc``)."""
+
+    def hello_problem(
+        self, settings: Settings, hello: Hello, sock: socket.socket, pid: int
+    ) -> str | None:
+        """What is wrong with ``hello``'s identity, as the backend knows ``pid``; or ``None``."""
+
+    def silent(self, settings: Settings, greeting: Silent, connected_ms: int) -> Setback:
+        """What a holder that sent no HELLO (connected at wall ``connected_ms``) means."""
+
+    async def await_exit(self, settings: Settings, pid: int, within: float, waiter: Waiter) -> None:
+        """Wait (at most ``within``) until the holder ``pid``, busy handing over, is gone."""
+
+    async def conclude(
+        self, settings: Settings, greeting: Greeting, saved: Saved, fds: list[int], started: float
+    ) -> Reign | None:
+        """The newcomer after SAVED: ACK and hold, or ``None`` (the incumbent kept it)."""
+
+    def descriptors(self, reign: Reign) -> list[int]:
+        """What goes with SAVED to a successor (local: the lock and the listener)."""
+
+    async def lost_before_saved(self, incumbent: Incumbent) -> bool:
+        """Just before SAVED: whether the claim is lost already (then the reign ended)."""
+
+    async def take_back(self, incumbent: Incumbent) -> None:
+        """After a successor went silent past its ACK deadline: void what it was given."""
+
+    async def commit(self, incumbent: Incumbent, sock: socket.socket) -> bool:
+        """The incumbent after a timely ACK on ``sock``: ``True`` once the successor holds."""
+
+    def unproven(self, reign: Reign, settings: Settings, generation: int) -> str | None:
+        """Why this process cannot prove ``reign`` current (``check_current()``); or ``None``."""

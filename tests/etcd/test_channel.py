@@ -107,7 +107,8 @@ async def _pair(
     """A newcomer's channel and the holder's side of it, found by the holder's watch."""
     start = api.header(await client.call("/v3/kv/range", api.get(root))).revision
     newcomer = await open_channel(client, root, await _lease(client), newcomer_key)
-    conversation, revision = await _first(incoming(client, root, start))
+    conversation, opening = await _first(incoming(client, root, start))
+    revision = opening.mod_revision
     assert conversation == newcomer.conversation
     holder = accept_channel(client, root, conversation, revision, await _lease(client), holder_key)
     await holder.announce()

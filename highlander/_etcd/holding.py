@@ -1,0 +1,124 @@
+"""The holder's side of the etcd backend, in the shapes the incumbent already serves.
+
+Above the seam an incumbent holds a lock and accepts connections on a
+listening socket.  Over etcd the "lock" is the holder key on this session's
+lease, held while the lease bound holds (:class:`LeaseLock`); and every
+conversation a newcomer opens in etcd is bridged (:func:`channel.bridge
+<highlander._etcd.channel.bridge>`) to a connection this process makes to a
+private listener of its own (:func:`private_listener`), which the incumbent
+accepts like any other.  The connecting end is bound to a name of its own,
+so the incumbent learns which conversation (and so which newcomer, by its
+opening key) a connection carries from ``getpeername`` (:func:`let_in`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import anyio
+
+from highlander._etcd import api
+from highlander._etcd.channel import Channel, accept_channel, bridge, incoming
+from highlander._etcd.session import Session
+from highlander._host.claim import ProjectLock
+from highlander._host.listener import BACKLOG, Listener
+
+#: Names in the abstract namespace (no file, gone with the process).
+_PREFIX = b"\0highlander-etcd-"
+
+
+class LeaseLock(ProjectLock):
+    """The claim on etcd through the lock's interface: held while the lease bound holds.
+
+    Not registered with the fork handler: a forked child never holds (its
+    pid is not the session's), and closing nothing in it is all it needs.
+    """
+
+    def __init__(self, session: Session) -> None:  # no descriptor: nothing to register
+        self.fd = -1
+        self.session = session
+        self._pid = os.getpid()
+        self._released = False
+
+    @property
+    def held(self) -> bool:
+        """Whether this process may act as holder now (its own clock: no request)."""
+        return not self._released and os.getpid() == self._pid and self.session.holds()
+
+    def release(self) -> None:
+        """Let go: revoke the lease (the holder key goes with it unless it moved on)."""
+        if self._released or os.getpid() != self._pid:
+            return
+        self._released = True
+        self.session.close()
+
+
+def private_listener() -> Listener:
+    """A listener no path leads to: only this process connects (the incumbent checks)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        sock.bind(_PREFIX + os.urandom(8).hex().encode())
+        sock.listen(BACKLOG)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return Listener(sock, "", None)
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """A conversation a newcomer opened: its opening key (its lease, what it said it is)."""
+
+    opening: api.KeyValue
+
+
+async def let_in(
+    session: Session,
+    root: bytes,
+    since: int,
+    channel_key: bytes,
+    listener: bytes,
+    peers: dict[bytes, Incoming],
+    lease: Callable[[], int],
+) -> None:
+    """Bridge every conversation opened after revision ``since`` to ``listener`` (forever).
+
+    ``peers`` maps each connecting end's name to its conversation while the
+    bridge runs; ``lease``: the lease this side's keys ride on now.
+    """
+    client = session.client
+    watch = incoming(client, root, since)
+    async with anyio.create_task_group() as tasks, contextlib.aclosing(watch) as opened:
+        async for conversation, opening in opened:
+            channel = accept_channel(
+                client, root, conversation, opening.mod_revision, lease(), channel_key
+            )
+            tasks.start_soon(_carry, channel, listener, peers, Incoming(opening))
+
+
+async def _carry(
+    channel: Channel, listener: bytes, peers: dict[bytes, Incoming], one: Incoming
+) -> None:
+    end = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    name = _PREFIX + channel.conversation.hex().encode()
+    try:
+        end.bind(name)
+        end.setblocking(False)
+        end.connect(listener)
+    except OSError:  # the incumbent's queue is full or it is closing: the newcomer times out
+        end.close()
+        return
+    peers[name] = one
+    try:
+        await channel.announce()
+        await bridge(channel, end)
+        with contextlib.suppress(Exception):  # its lease takes what is left otherwise
+            await channel.forget()
+    finally:
+        peers.pop(name, None)
+        end.close()

@@ -1,0 +1,384 @@
+"""The etcd backend: where holders meet on an etcd cluster (:mod:`highlander._shell.seam`).
+
+One project is a key prefix (:func:`~highlander._etcd.session.project_root`
+of the app and the project id); its holder key rides on the holder's lease
+and its value names the holder (:class:`~highlander._etcd.session.HolderValue`).
+The conversation is the one the socket carries, its bytes sealed in etcd
+keys and bridged to a socket (:mod:`highlander._etcd.channel`), so the same
+core, deadlines and policy run unchanged.  What differs is said here: who
+the peer is (the holder key's value, checked against ``/proc`` only on the
+same host and boot), what goes with SAVED (nothing: the commit is the
+incumbent's move, :mod:`highlander._shell.etcd_takeover`), and the fence (a
+guarded move of the key and a revoke of the hung holder's lease, never a
+signal to another host).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import weakref
+from dataclasses import dataclass, replace
+
+from highlander._core.errors import EtcdError, ForeignHolderError
+from highlander._core.messages import Hello, Saved
+from highlander._core.patience import Look
+from highlander._core.policy import Changed, Setback
+from highlander._etcd import api
+from highlander._etcd.channel import Channel, bridge, open_channel
+from highlander._etcd.claim import Held, counter_key
+from highlander._etcd.holding import Incoming, LeaseLock, private_listener
+from highlander._etcd.session import HolderValue, Session, holder_key, project_root, session_for
+from highlander._host.claim import Reign
+from highlander._host.event_log import Outcome
+from highlander._host.identity import Expected, PeerCredentials, cmdline, run_state
+from highlander._host.record import HolderRecord
+from highlander._host.settings import Settings
+from highlander._host.waiting import Waiter
+from highlander._shell.client import Greeting, Silent
+from highlander._shell.setbacks import HolderFresh, HolderMissed, HolderStarved
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
+if TYPE_CHECKING:
+    from highlander._shell.incumbent import Incumbent
+
+#: How often a newcomer looks whether a holder busy handing over has gone.
+_POLL = 0.05
+
+
+@dataclass
+class Opened:
+    """One conversation a newcomer opened: with which reign, and its channel."""
+
+    incumbent: Held
+    holder: HolderValue
+    channel: Channel
+
+
+class EtcdBackend:
+    """An etcd cluster: a holder key on a lease, conversations as sealed keys."""
+
+    name = "etcd"
+
+    def __init__(self, settings: Settings) -> None:
+        """A session with the cluster ``settings.backend`` names (nothing sent yet)."""
+        assert settings.backend is not None and settings.project_id is not None
+        self.settings = settings
+        self.session: Session = session_for(settings.backend, settings.env, ttl=settings.lease_ttl)
+        self.root = project_root(f"{settings.app}\n{settings.project_id}", settings.env)
+        self.key = holder_key(self.root)
+        self.counter = counter_key(self.key)
+        self.me = replace(HolderValue.mine(settings.app, settings.env), ttl=settings.lease_ttl)
+        self._opened: weakref.WeakKeyDictionary[socket.socket, Opened] = weakref.WeakKeyDictionary()
+        self.peers: dict[bytes, Incoming] = {}
+        #: The holder key as the last claim read it (the next open talks to that reign).
+        self._found: api.KeyValue | None = None
+        #: The reign a fence won, for the claim that follows it.
+        self.fenced: Reign | None = None
+        self.last: Opened | None = None
+        #: The last reign's lease ran out under our eyes: the next claim is a stale one.
+        self.stale = False
+
+    # -- claim, holder, look ------------------------------------------------------------
+
+    def claim(self, settings: Settings) -> Reign | None:
+        """See :meth:`Backend.claim`: put-if-absent, counting the reign."""
+        if self.fenced is not None:
+            reign, self.fenced = self.fenced, None
+            return reign
+        since = int(time.time() * 1000)
+        result = self.session.claim_reign(
+            self.key, lambda generation: self.value(generation, since).encode()
+        )
+        if isinstance(result, Held):
+            stale, self.stale = self.stale, False
+            return self.reign(
+                result, Outcome.CLAIMED_STALE if stale else Outcome.CLAIMED_FREE, None
+            )
+        self._holder_of(result)
+        self._found = result
+        return None
+
+    def value(self, generation: int, since_ms: int, history: tuple[int, ...] = ()) -> HolderValue:
+        """This process as the holder of reign ``generation`` would name itself."""
+        return replace(self.me, generation=generation, since_ms=since_ms, successions_ms=history)
+
+    def _holder_of(self, kv: api.KeyValue) -> HolderValue:
+        holder = HolderValue.decode(kv.value)
+        if holder is None:
+            raise ForeignHolderError(
+                f"the holder key of {self.place(self.settings)} holds a value no Highlander "
+                "holder writes: Highlander will not fence it; check what else writes under "
+                "HIGHLANDER_ETCD_PREFIX"
+            )
+        return holder
+
+    def reign(self, held: Held, outcome: Outcome, handoff: dict[str, object] | None) -> Reign:
+        """The reign ``held`` is, in the shape the incumbent serves."""
+        value = HolderValue.decode(held.value)
+        assert value is not None  # we wrote it
+        me = self.me
+        record = HolderRecord(
+            me.pid,
+            me.start_time,
+            me.exe,
+            me.uid,
+            me.boot_id,
+            me.app,
+            self.settings.mode.value,
+            value.generation,
+            value.since_ms,
+            cmdline(me.pid),
+            list(value.successions_ms),
+            [],
+        )
+        lock = LeaseLock(self.session)
+        return Reign(lock, private_listener(), record, handoff, outcome)
+
+    def holder(self, settings: Settings) -> HolderRecord | None:
+        """See :meth:`Backend.holder`: the holder key's value (a linearizable read)."""
+        kv = self.session.holder(self.key)
+        value = HolderValue.decode(kv.value) if kv is not None else None
+        if value is None:
+            return None
+        return HolderRecord(
+            value.pid, value.start_time, value.exe, value.uid, value.boot_id, value.app,
+            settings.mode.value, value.generation, value.since_ms, [],
+            list(value.successions_ms), [],
+        )  # fmt: skip
+
+    def look(self, settings: Settings, now: float) -> Look:
+        """See :meth:`Backend.look`: the holder key; ``/proc`` only on the same host."""
+        record = self.holder(settings)
+        if record is None:
+            return Look(now=now)
+        here = record.boot_id == self.me.boot_id and self._same_host(record.pid)
+        run = run_state(record.pid) if here else None
+        return Look(now=now, holder=(record.pid, record.generation), run=run)
+
+    def _same_host(self, pid: int) -> bool:
+        last = self.last
+        return last is not None and last.holder.pid == pid and self._local(last.holder)
+
+    def _local(self, value: HolderValue) -> bool:
+        """Whether ``value``'s process runs under this kernel (same host, same boot)."""
+        return value.host == self.me.host and value.boot_id == self.me.boot_id
+
+    # -- the conversation ---------------------------------------------------------------
+
+    def open(self, settings: Settings) -> socket.socket | None:
+        """See :meth:`Backend.open`: a conversation in etcd, bridged to a socketpair."""
+        kv, self._found = self._found or self.session.holder(self.key), None
+        if kv is None:
+            return None
+        holder = self._holder_of(kv)
+        keeper = self.session.lease_kept()
+        channel: Channel = self.session.call(
+            open_channel, self.session.client, self.root, keeper.lease,
+            self.channel_key(), self.me.encode(),
+        )  # fmt: skip
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        opened = self.last = Opened(Held(kv.mod_revision, kv.lease, kv.value), holder, channel)
+        self._opened[ours] = opened
+        self.session.spawn(_carry, channel, theirs)
+        return ours
+
+    def channel_key(self) -> bytes:
+        """The key every conversation of this project is sealed under (token and project)."""
+        from highlander._core.sealing import channel_key  # noqa: PLC0415
+        from highlander._host.token import resolve_token  # noqa: PLC0415
+
+        settings = self.settings
+        token = resolve_token(
+            settings.token, runtime_dir=settings.paths.runtime_dir, env=settings.env
+        )
+        return channel_key(token.secret, self.settings.project_key())
+
+    def place(self, settings: Settings) -> str:
+        """See :meth:`Backend.place`: the cluster and the project id."""
+        return f"etcd {self.session.target.describe()} (project {settings.project_id!r})"
+
+    def peer(self, sock: socket.socket) -> PeerCredentials:
+        """See :meth:`Backend.peer`: the holder key's value, or the newcomer's opening key."""
+        opened = self._opened.get(sock)
+        if opened is not None:
+            return self._credentials(opened.holder)
+        incoming = self.peers.get(sock.getpeername())
+        value = HolderValue.decode(incoming.opening.value) if incoming else None
+        from highlander._host.identity import peer_credentials  # noqa: PLC0415
+
+        if value is None or peer_credentials(sock).pid != os.getpid():
+            return PeerCredentials(-1, -1, -1)  # not one of our bridges: refused by uid
+        return self._credentials(value)
+
+    def _credentials(self, value: HolderValue) -> PeerCredentials:
+        # A uid means nothing on another host: there the token and etcd's own
+        # access control are what keep others out (docs/threat-model.md).
+        from highlander._host.identity import process_identity  # noqa: PLC0415
+
+        if not self._local(value):
+            return PeerCredentials(value.pid, os.geteuid(), -1)
+        actual = process_identity(value.pid)
+        if actual is None or actual.start_time != value.start_time:
+            # Gone, its lease not yet: nobody answers, and nobody is left to signal.
+            return PeerCredentials(value.pid, os.geteuid(), -1)
+        return PeerCredentials(value.pid, actual.uid, -1)
+
+    def sees(self, sock: socket.socket) -> bool:
+        """See :meth:`Backend.sees`: only a peer on this host and boot."""
+        opened = self._opened.get(sock)
+        return opened is not None and self._local(opened.holder)
+
+    def hello_problem(
+        self, settings: Settings, hello: Hello, sock: socket.socket, pid: int
+    ) -> str | None:
+        """See :meth:`Backend.hello_problem`: HELLO against the holder key (and ``/proc`` here)."""
+        opened = self._opened[sock]
+        holder = opened.holder
+        claimed = (hello.pid, hello.start_time, hello.exe, hello.generation)
+        if claimed != (holder.pid, holder.start_time, holder.exe, holder.generation):
+            return (
+                f"HELLO names pid {hello.pid} of generation {hello.generation}, but the holder "
+                f"key names pid {holder.pid} of generation {holder.generation} on {holder.host}"
+            )
+        if self._local(holder):
+            from highlander._shell.client import hello_problem  # noqa: PLC0415
+
+            return hello_problem(settings, hello, pid)
+        return None
+
+    def silent(self, settings: Settings, greeting: Silent, connected_ms: int) -> Setback:
+        """See :meth:`Backend.silent`: the reign we opened to, unless it changed since."""
+        last = self.last
+        if greeting.closed or last is None:
+            return Changed()
+        kv = self.session.holder(self.key)
+        if kv is None or (kv.mod_revision, kv.lease) != (
+            last.incumbent.token,
+            last.incumbent.lease,
+        ):
+            return Changed()  # the reign we spoke to is over: the next attempt meets the new one
+        holder = last.holder
+        target = Expected(holder.pid, holder.start_time, holder.exe, holder.uid, holder.boot_id)
+        if holder.since_ms >= connected_ms:
+            return HolderFresh(holder.generation, target=target)
+        if greeting.busy:
+            return HolderStarved(target=target)
+        return HolderMissed("hello", greeting.halted, target=target)
+
+    async def await_exit(self, settings: Settings, pid: int, within: float, waiter: Waiter) -> None:
+        """See :meth:`Backend.await_exit`: until the holder key changes, polled."""
+        last = self.last
+        deadline = waiter.now() + within
+        while waiter.now() < deadline:
+            kv = self.session.holder(self.key)
+            if last is None or kv is None or kv.mod_revision != last.incumbent.token:
+                return
+            await waiter.sleep(_POLL)
+
+    # -- the handover ---------------------------------------------------------------------
+
+    async def conclude(
+        self, settings: Settings, greeting: Greeting, saved: Saved, fds: list[int], started: float
+    ) -> Reign | None:
+        """See :meth:`Backend.conclude` (:mod:`highlander._shell.etcd_takeover`)."""
+        from highlander._shell.etcd_takeover import conclude  # noqa: PLC0415
+
+        return await conclude(self, greeting, saved, self._opened[greeting.sock])
+
+    def descriptors(self, reign: Reign) -> list[int]:
+        """See :meth:`Backend.descriptors`: nothing (the commit moves the key instead)."""
+        return []
+
+    async def lost_before_saved(self, incumbent: Incumbent) -> bool:
+        """See :meth:`Backend.lost_before_saved`: the lease bound, by our own clock."""
+        from highlander._shell.etcd_serving import lease_lost  # noqa: PLC0415
+
+        if self.session.holds():
+            return False
+        await lease_lost(incumbent, "the lease could not be renewed during a save")
+        return True
+
+    async def take_back(self, incumbent: Incumbent) -> None:
+        """See :meth:`Backend.take_back`: nothing was given (the key moves only by our move)."""
+
+    async def commit(self, incumbent: Incumbent, sock: socket.socket) -> bool:
+        """See :meth:`Backend.commit`: the move (:mod:`highlander._shell.etcd_serving`)."""
+        from highlander._shell.etcd_serving import commit  # noqa: PLC0415
+
+        return await commit(self, incumbent, sock)
+
+    def unproven(self, reign: Reign, settings: Settings, generation: int) -> str | None:
+        """See :meth:`Backend.unproven`: a linearizable read, within the lease bound."""
+        if not reign.lock.held:
+            return f"generation {generation} is over: its lease bound has passed (or it let go)"
+        if not self.session.check(self.key):
+            return f"generation {generation} is over: etcd no longer records it as the holder"
+        return None
+
+    # -- fence, watch -----------------------------------------------------------------------
+
+    async def fence(
+        self, target: Expected, settings: Settings, why: str, waiter: Waiter, *, halted: bool
+    ) -> bool:
+        """See :meth:`Backend.fence`: move the key off the hung reign, revoke it, wait a TTL."""
+        from highlander._shell.etcd_takeover import fence  # noqa: PLC0415
+
+        last = self.last
+        if last is None:
+            return False
+        if await self._expires(last, waiter):
+            self.stale = True
+            return True  # nobody renewed it: it ran out, and the next claim is plain
+        self.fenced = await fence(self, last, waiter, None)
+        return self.fenced is not None
+
+    async def _expires(self, last: Opened, waiter: Waiter) -> bool:
+        """Whether the silent reign's lease, unrenewed for a keepalive period, ran out.
+
+        A live keeper renews every TTL/4, so a lease with less than 3/4 of
+        its TTL (and a margin) left has had no keepalive for a while: its
+        holder is dead or stopped, and the lease ends by itself sooner than
+        a fence's wait of a whole TTL.  Waiting for that takes nothing from
+        anyone; the key still there afterwards (renewed after all) is fenced.
+        """
+        from highlander._core.lease import KEEPALIVES_PER_TTL, margin_for  # noqa: PLC0415
+
+        lease = last.incumbent.lease
+        try:
+            answer = self.session.call(
+                self.session.client.call, "/v3/lease/timetolive", api.time_to_live(lease)
+            )
+        except EtcdError:
+            return False
+        left, ttl = api.remaining(answer)
+        if left > ttl * (1 - 1 / KEEPALIVES_PER_TTL) - margin_for(ttl):
+            return False  # renewed lately: alive somewhere, and hung
+        deadline = waiter.now() + max(left, 0) + 1.0  # etcd rounds to whole seconds
+        while waiter.now() < deadline:
+            kv = self.session.holder(self.key)
+            if kv is None or kv.lease != lease:
+                return True
+            await waiter.sleep(_POLL)
+        return False
+
+    async def watch(self, incumbent: Incumbent) -> None:
+        """See :meth:`Backend.watch` (:mod:`highlander._shell.etcd_serving`)."""
+        from highlander._shell.etcd_serving import keep_watch  # noqa: PLC0415
+
+        await keep_watch(self, incumbent)
+
+    async def see_out(self, incumbent: Incumbent, predecessor: Expected) -> None:
+        """See :meth:`Backend.see_out`: nothing to see on another host (its lease is gone)."""
+
+
+async def _carry(channel: Channel, end: socket.socket) -> None:
+    """The newcomer's bridge; once both streams ended, the conversation's keys go."""
+    try:
+        await bridge(channel, end)
+    finally:
+        import contextlib  # noqa: PLC0415
+
+        with contextlib.suppress(Exception):  # its lease takes them otherwise
+            await channel.forget()

@@ -1,0 +1,165 @@
+"""The newcomer's side of the commit over etcd: from a verified SAVED to holding, or not.
+
+The rules are :mod:`highlander._core.etcd_commit`'s (pure); this module
+carries them out:
+
+1. send ACK_SUCCESSION and hear how the incumbent answered: REFUSED, the
+   end of its stream, or nothing within the exit deadline
+   (:func:`~highlander._shell.handover.hear`, the same as on one machine);
+2. after an end of stream, read the holder key (linearizable): on our
+   lease, the incumbent's move applied (COMMIT); still the incumbent's
+   reign, it kept (ABORT); absent, its lease ended before any move (CLAIM,
+   with the handoff: nobody else has the state);
+3. silent past the deadline: :func:`fence` it, i.e. move the key off its
+   reign onto a lease of ours that outlives its lease bound, revoke its
+   lease, wait one of its TTLs, read again.  Never a signal: the incumbent
+   may run on another host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+from highlander._core import etcd_commit as rules
+from highlander._core.commit import Answer
+from highlander._core.errors import EtcdError
+from highlander._core.etcd_commit import Key, Verdict
+from highlander._core.messages import AckSuccession, Saved
+from highlander._etcd import api
+from highlander._etcd.claim import Held, commit, holder
+from highlander._etcd.handover import fence_out
+from highlander._etcd.keeper import Keeper, grant
+from highlander._host.claim import Reign
+from highlander._host.event_log import Event, Outcome
+from highlander._host.waiting import Waiter
+from highlander._shell.client import Greeting
+from highlander._shell.etcd_backend import EtcdBackend, Opened
+from highlander._shell.handover import hear
+from highlander._shell.wire import send_message
+
+#: The ways a conversation breaks when the incumbent's end is gone or not reading.
+_BROKEN = (BrokenPipeError, ConnectionResetError, TimeoutError)
+
+
+async def conclude(
+    backend: EtcdBackend, greeting: Greeting, saved: Saved, opened: Opened
+) -> Reign | None:
+    """Hold after ``saved`` (the incumbent's move applied, or its lease ended), or ``None``."""
+    settings = backend.settings
+    answer = Answer.SILENT
+    try:
+        await send_message(greeting.sock, greeting.conn, AckSuccession(), greeting.waiter)
+    except _BROKEN:
+        answer = Answer.SEND_FAILED
+    answer = await hear(settings, greeting, answer)
+    if answer is Answer.SILENT:
+        settings.events.emit(Event.HUNG, peer_pid=greeting.peer.pid, phase="exit")
+        return await fence(backend, opened, greeting.waiter, saved.handoff)
+    if answer is Answer.REFUSED:
+        return None
+    key, kv = _read(backend, opened, backend.session.lease_kept().lease)
+    verdict = rules.newcomer_decides(answer, key)
+    if verdict is Verdict.COMMIT:
+        assert kv is not None
+        return _hold(backend, Held(kv.mod_revision, kv.lease, kv.value), saved.handoff)
+    if verdict is Verdict.CLAIM:
+        return _claim(backend, saved.handoff)
+    settings.events.emit(Event.HANDOVER_ABORTED, peer_pid=greeting.peer.pid, reason=key.name)
+    return None
+
+
+def _read(backend: EtcdBackend, opened: Opened, lease: int) -> tuple[Key, api.KeyValue | None]:
+    """Where the holder key is now (linearizable), as the rules name it, and the key."""
+    session, incumbent = backend.session, opened.incumbent
+    kv: api.KeyValue | None = session.call(holder, session.client, backend.key)
+    key = rules.classify(
+        None if kv is None else kv.lease,
+        0 if kv is None else kv.mod_revision,
+        newcomer_lease=lease,
+        incumbent_lease=incumbent.lease,
+        incumbent_token=incumbent.token,
+    )
+    return key, kv
+
+
+def _hold(backend: EtcdBackend, held: Held, handoff: dict[str, Any] | None) -> Reign:
+    backend.session.held = held
+    # With the handoff a succession; without one (a fenced holder's) a stale claim.
+    outcome = Outcome.SUCCEEDED if handoff is not None else Outcome.CLAIMED_STALE
+    return backend.reign(held, outcome, handoff)
+
+
+def _claim(backend: EtcdBackend, handoff: dict[str, Any] | None) -> Reign | None:
+    """Put the key on our lease if it is still absent (the handoff is ours to carry)."""
+    since = int(time.time() * 1000)
+    result = backend.session.claim_reign(
+        backend.key, lambda generation: backend.value(generation, since).encode()
+    )
+    if not isinstance(result, Held):
+        return None  # a third claimer was first: it holds, without the handoff
+    return _hold(backend, result, handoff)
+
+
+async def fence(
+    backend: EtcdBackend, opened: Opened, waiter: Waiter, handoff: dict[str, Any] | None
+) -> Reign | None:
+    """Fence the reign ``opened`` spoke to out; the reign we then hold, or ``None``."""
+    session, settings = backend.session, backend.settings
+    incumbent = opened.holder
+    ttl = max(session.ttl, incumbent.ttl)
+    # The key's new lease must outlive the incumbent's bound while we wait it out.
+    lease, clock = session.call(grant, session.client, 2 * ttl)
+    keeper = Keeper(session.client, lease, clock)
+    now = int(time.time() * 1000)
+    generation = incumbent.generation + 1
+    history = tuple(settings.thrash.recent([*incumbent.successions_ms], now))
+    value = backend.value(generation, now, history).encode()
+    also = ((backend.counter, str(generation).encode()),)
+    try:
+        found = session.call(
+            fence_out, session.client, backend.key, value, opened.incumbent, lease,
+            opened.channel.unread(), also,
+        )  # fmt: skip
+        if found is Key.OURS:
+            settings.events.emit(Event.FENCED, peer_pid=incumbent.pid, generation=generation)
+            await waiter.sleep(rules.fence_wait(ttl))
+            found, kv = _read(backend, opened, lease)
+    except EtcdError:
+        found, kv = Key.THEIRS_INTACT, None  # unsettled: the next attempt looks again
+    else:
+        if found is not Key.OURS:
+            kv = None
+    verdict = rules.after_fence(found)
+    if verdict is Verdict.COMMIT and kv is not None:
+        return _settle(backend, Held(kv.mod_revision, lease, kv.value), keeper, handoff)
+    with contextlib.suppress(EtcdError):  # unused: it ends by its TTL otherwise
+        session.call(keeper.revoke)
+    if verdict is Verdict.CLAIM:
+        return _claim(backend, handoff)
+    return None
+
+
+def _settle(
+    backend: EtcdBackend, fenced: Held, keeper: Keeper, handoff: dict[str, Any] | None
+) -> Reign:
+    """Hold what the fence won, on our own lease again if etcd lets us move it there.
+
+    The fence's long lease was needed only while the fenced holder's belief
+    could last; on it, this reign's own death would take two TTLs to notice.
+    The move is the reign's token-giving write (nobody knows the token yet).
+    """
+    session = backend.session
+    try:
+        moved = session.call(
+            commit, session.client, backend.key, fenced.value, fenced, session.lease_kept().lease
+        )
+    except EtcdError:
+        moved = None
+    if isinstance(moved, Held):
+        with contextlib.suppress(EtcdError):
+            session.call(keeper.revoke)
+        return _hold(backend, moved, handoff)
+    session.adopt(fenced, keeper)  # it stays on the long lease: kept alive from now on
+    return _hold(backend, fenced, handoff)
