@@ -106,14 +106,15 @@ async def _carry(
 ) -> None:
     end = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     name = _PREFIX + channel.conversation.hex().encode()
+    peers[name] = one  # before the connect: the incumbent may accept at once, on its thread
     try:
         end.bind(name)
         end.setblocking(False)
         end.connect(listener)
     except OSError:  # the incumbent's queue is full or it is closing: the newcomer times out
+        peers.pop(name, None)
         end.close()
         return
-    peers[name] = one
     try:
         await channel.announce()
         await bridge(channel, end)

@@ -384,13 +384,15 @@ class Incumbent:
         # A successor has its own copies of the lock and listener: closing ours
         # frees nothing.  After a plain stop nobody does, so the socket goes too.
         self.close_listener(unlink=outcome is Outcome.STOPPED)
-        self.reign.lock.release()
+        # Logged before the lock goes: over etcd, letting go of it (the lease) is
+        # what ends the stream, and the successor may begin at once.
         events.emit(
             Event.RELINQUISHED,
             peer_pid=peer.pid,
             outcome=outcome,
             generation=self.reign.record.generation,
         )
+        self.reign.lock.release()
         # The end of the stream is the commit's answer: with our lock file closed
         # (the kernel shows it), the successor may begin now, not after our
         # on_deposed and our exit (highlander._core.commit).

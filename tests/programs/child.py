@@ -311,6 +311,22 @@ def pause_before_ack() -> None:
         return taken
 
     module.adopt_handover = slow_adopt
+    if os.environ.get("HIGHLANDER_BACKEND", "").startswith("etcd"):
+        # Over etcd nothing is adopted: the pause is between SAVED and the ACK.
+        etcd = importlib.import_module("highlander._shell.etcd_takeover")
+        conclude = etcd.conclude
+
+        async def slow_conclude(*args: Any, **kwargs: Any) -> Any:
+            if not (how.get("once") and used):
+                used.append(True)
+                if "delay" in how:
+                    time.sleep(float(how["delay"]))
+                if how.get("stop"):
+                    report(event="before_ack")
+                    os.kill(os.getpid(), signal.SIGSTOP)
+            return await conclude(*args, **kwargs)
+
+        etcd.conclude = slow_conclude
 
 
 def reign(hl: Highlander) -> None:

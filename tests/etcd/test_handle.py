@@ -1,0 +1,202 @@
+"""``Highlander`` on etcd, with real processes on simulated hosts (``HIGHLANDER_HOST_ID``).
+
+Each child is ``tests/programs/child.py`` (the same user process the local
+tests run) with ``HIGHLANDER_BACKEND`` naming the suite's cluster: a
+succession across hosts carries the handoff, a stopped holder is fenced
+and never acts again, a killed one is replaced once its lease ends, a
+newcomer stopped before its ACK leaves one holder, a storm of newcomers on
+several hosts converges on one.  Children on different simulated hosts are
+"elsewhere": none is signalled, whatever it does.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.etcd_cluster import Cluster
+from tests.support.proctools import Child, Children, assert_no_overlap, wait_until_one_left
+
+#: Short leases keep the tests short on the suite's quiet local cluster (users get >= 5 s).
+TTL = 2
+#: Hang guard for what must happen by itself (never a performance bound).
+SETTLE = 60.0
+FAST = {"hello": 1.0, "request": 1.0, "stall": 2.0, "exit_grace": 2.0}
+
+
+class Hosts:
+    """Children of one project on etcd, each on a simulated host of its own."""
+
+    def __init__(self, kids: Children, etcd: Cluster) -> None:
+        self.kids = kids
+        self.etcd = etcd
+        self.project = f"example.com/tests/{uuid.uuid4().hex}"
+
+    def start(self, host: str, **cfg: Any) -> Child:
+        env = self.kids.env(
+            HIGHLANDER_BACKEND=self.etcd.backend,
+            HIGHLANDER_PROJECT_ID=self.project,
+            HIGHLANDER_ETCD_TTL=str(TTL),
+            HIGHLANDER_HOST_ID=host,
+        )
+        cfg.setdefault("timeouts", FAST)
+        return self.kids.start(env, **cfg)
+
+    def events(self, kind: str) -> list[dict[str, Any]]:
+        return self.kids.events(kind)
+
+
+@pytest.fixture
+def hosts(kids: Children, etcd: Cluster) -> Iterator[Hosts]:
+    """Start children of one fresh project; every one is ended by pid afterwards."""
+    yield Hosts(kids, etcd)
+
+
+def _stopped(child: Child) -> bool:
+    with open(f"/proc/{child.pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def _passes(path: Path) -> list[tuple[int, int, int]]:
+    """``check_current()`` passes: (pid, began ns, ended ns), monotonic."""
+    passes = []
+    for line in path.read_text().splitlines():
+        verdict, pid, began, ended = line.split()
+        if verdict == "pass":
+            passes.append((int(pid), int(began), int(ended)))
+    return passes
+
+
+def _assert_no_two_passes_at_once(path: Path) -> None:
+    """No two processes' passing ``check_current()`` calls overlap in time."""
+    passes = sorted(_passes(path), key=lambda p: p[1])
+    last: dict[int, int] = {}
+    for pid, began, ended in passes:
+        for other, until in last.items():
+            assert other == pid or until <= began, f"pid {pid} and {other} passed at once"
+        last[pid] = max(ended, last.get(pid, 0))
+
+
+def test_a_newcomer_on_another_host_takes_over_with_the_handoff(hosts: Hosts) -> None:
+    first = hosts.start("h1")
+    claimed = first.wait_for("ready")
+    assert claimed["outcome"] == "claimed_free" and claimed["generation"] == 1
+    second = hosts.start("h2")
+    report = second.wait_for("ready")
+    assert report["outcome"] == "succeeded", report
+    assert report["generation"] == 2  # reigns are counted across hosts
+    assert report["handoff"]["from"] == first.pid and report["handoff"]["counter"] == 1
+    status, out, _ = first.finish(SETTLE)
+    assert status == 0 and out == b""  # deposed: it left by itself
+    assert_no_overlap(hosts.kids.reigns())
+    acked = hosts.events("acked")
+    assert [e["pid"] for e in acked] == [first.pid]
+
+
+def test_a_stopped_holder_never_acts_after_its_successor_began(
+    hosts: Hosts, tmp_path: Path
+) -> None:
+    checks = tmp_path / "checks"
+    first = hosts.start("h1", check_loop=0.005, check_witness=str(checks))
+    first.wait_for("ready")
+    deadline = time.monotonic() + SETTLE
+    while not checks.exists() or not _passes(checks):
+        assert time.monotonic() < deadline, "the holder never passed check_current()"
+        time.sleep(0.01)
+    os.kill(first.pid, signal.SIGSTOP)
+    second = hosts.start("h2", check_loop=0.005, check_witness=str(checks))
+    report = second.wait_for("ready", timeout=SETTLE)
+    assert report["outcome"] == "claimed_stale" and report["generation"] == 2
+    assert first.proc.poll() is None and _stopped(first)  # another host's: never signalled
+    os.kill(first.pid, signal.SIGCONT)
+    deposed = first.wait_for("deposed", timeout=SETTLE)
+    assert "lease" in deposed["why"], deposed
+    assert first.finish(SETTLE)[0] == 0
+    lost = hosts.events("lease_lost")
+    assert [e["pid"] for e in lost] == [first.pid]
+    time.sleep(0.2)  # the successor checks on meanwhile
+    _assert_no_two_passes_at_once(checks)
+    assert {pid for pid, _, _ in _passes(checks)} == {first.pid, second.pid}
+
+
+def test_a_holder_hung_in_its_save_is_fenced_out_never_signalled(hosts: Hosts) -> None:
+    # Its lease is renewed (the keeper runs) but its save stops advancing: only a fence helps.
+    first = hosts.start("h1", save="stall")
+    first.wait_for("ready")
+    second = hosts.start("h2")
+    report = second.wait_for("ready", timeout=SETTLE)
+    assert report["outcome"] == "claimed_stale" and report["handoff"] is None
+    assert [e["peer_pid"] for e in hosts.events("fenced")] == [first.pid]
+    deposed = first.wait_for("deposed", timeout=SETTLE)  # its next keepalive is refused
+    assert "lease" in deposed["why"], deposed
+    assert first.finish(SETTLE)[0] == 0  # it left by itself: nobody signalled it
+    assert hosts.events("terminated") == [] and hosts.events("killed") == []
+    assert_no_overlap(hosts.kids.reigns())
+
+
+def test_a_sigkilled_holder_is_replaced_once_its_lease_ends(hosts: Hosts) -> None:
+    first = hosts.start("h1")
+    first.wait_for("ready")
+    first.proc.kill()
+    first.proc.wait(timeout=SETTLE)
+    killed = time.monotonic_ns()
+    second = hosts.start("h2")
+    report = second.wait_for("ready", timeout=SETTLE)
+    assert report["outcome"] == "claimed_stale" and report["generation"] == 2
+    assert report["handoff"] is None
+    (reign,) = [r for r in hosts.kids.reigns() if r[0] == second.pid]
+    assert reign[2] > killed
+
+
+def test_a_newcomer_stopped_before_its_ack_leaves_one_holder(hosts: Hosts) -> None:
+    first = hosts.start("h1")
+    first.wait_for("ready")
+    second = hosts.start("h2", before_ack={"stop": True, "once": True})
+    second.wait_for("before_ack", timeout=SETTLE)
+    deadline = time.monotonic() + SETTLE
+    while not _stopped(second):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    # Past the incumbent's ACK deadline it keeps the project (and says so: REFUSED late).
+    deadline = time.monotonic() + SETTLE
+    while not any(e.get("phase") == "ack" for e in hosts.events("timeout")):
+        assert time.monotonic() < deadline, "the incumbent never gave up on the ACK"
+        time.sleep(0.05)
+    assert first.proc.poll() is None
+    os.kill(second.pid, signal.SIGCONT)
+    report = second.wait_for("ready", timeout=SETTLE)  # its next attempt takes over
+    assert report["outcome"] == "succeeded" and report["handoff"]["from"] == first.pid
+    assert first.finish(SETTLE)[0] == 0
+    assert_no_overlap(hosts.kids.reigns())
+
+
+def test_a_storm_of_newcomers_on_several_hosts_ends_with_one_holder(hosts: Hosts) -> None:
+    first = hosts.start("h0", hold=120)
+    first.wait_for("ready")
+    storm = [hosts.start(f"h{1 + n % 4}", hold=120) for n in range(32)]
+    survivor = wait_until_one_left([first, *storm], timeout=240)
+    reigns = hosts.kids.reigns()
+    assert_no_overlap(reigns)
+    generations = [generation for _, generation, _, _ in reigns]
+    assert generations == sorted(set(generations))  # one reign per generation, in order
+    assert reigns[-1][0] == survivor.pid
+    for child in [first, *storm]:
+        if child is not survivor:
+            assert child.finish(SETTLE)[0] in (0, 1)  # deposed, or refused (thrash): not killed
+
+
+def test_observe_runs_beside_the_holder_without_asking_anything(hosts: Hosts) -> None:
+    first = hosts.start("h1")
+    first.wait_for("ready")
+    beside = hosts.start("h2", mode="observe")
+    report = beside.wait_for("ready")
+    assert report["outcome"] == "duplicate" and not report["is_holder"]
+    assert first.proc.poll() is None
+    assert hosts.events("save_requested") == []
