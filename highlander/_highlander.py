@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 
-from highlander._core.errors import Deposed, ForeignHolderError, HighlanderError
+from highlander._core.errors import Deposed, HighlanderError
 from highlander._ending import ending
 from highlander._host.claim import Reign
 from highlander._host.event_log import Event, Outcome
@@ -29,7 +29,7 @@ from highlander._host.record import HolderRecord
 from highlander._host.settings import Options, Settings, checked_timeout
 from highlander._host.threads import hold, start_daemon
 from highlander._shell import one_claim
-from highlander._shell.dial import dial_early
+from highlander._shell.claiming import claim
 from highlander._shell.one_claim import AlreadyHoldingError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
@@ -272,6 +272,18 @@ class Highlander:
         )
 
     @property
+    def fencing(self) -> tuple[str | None, int]:
+        """``(key, token)`` that fence this reign's own writes; ``(None, 0)`` when not holding.
+
+        On etcd: the holder key's name and its mod revision; guard a write
+        with ``compare mod_revision(key) == token`` (docs/etcd.md).  On one
+        machine: ``(None, generation)``, for your own records.
+        """
+        if self._reign is None or self._backend is None:
+            return None, 0
+        return self._backend.fencing(self._reign)
+
+    @property
     def mode(self) -> Mode:
         """The mode in effect."""
         assert self.settings is not None, "acquire() first"
@@ -344,40 +356,12 @@ class Highlander:
     async def _claim(
         self, settings: Settings, timeout: float | None, waiter: Waiter | None
     ) -> Reign | None:
-        """The one claim, for the sync and the async API; ``None``: run as a duplicate.
-
-        ``waiter``: the async caller's (``ANYIO``), or ``None`` for the
-        blocking one, imported only when a holder must be talked to: most
-        starts take a free project and never load the conversation's code.
-        """
+        """The one claim, for the sync and the async API (:mod:`highlander._shell.claiming`)."""
         if self._backend is None:  # loaded at the claim, not at the import
             from highlander._shell.backend import backend_for  # noqa: PLC0415
 
             self._backend = backend_for(settings)
-        reign = self._claim_free(settings, self._backend)
-        if reign is not None or settings.mode is not Mode.AUTO:
-            return reign
-        # Dial the holder before loading the conversation's code: it accepts and
-        # derives its key while we import ours (the newcomer's first attempt).
-        first = dial_early(settings, self._backend)
-        from highlander._shell.newcomer import acquire  # noqa: PLC0415 - contended only
-
-        if waiter is None:
-            from highlander._host.waiting import BLOCKING  # noqa: PLC0415
-
-            waiter = BLOCKING
-        result = await acquire(settings, waiter, timeout, self._backend, first=first)
-        assert isinstance(result, Reign)  # AUTO never yields a duplicate
-        return result
-
-    def _claim_free(self, settings: Settings, backend: Backend) -> Reign | None:
-        """Claim a free project; in OBSERVE/WARN a foreign listener is only reported."""
-        try:
-            return backend.claim(settings)
-        except ForeignHolderError:
-            if settings.mode is Mode.AUTO:
-                raise
-            return None
+        return await claim(settings, self._backend, timeout, waiter)
 
     def _become_duplicate(self, settings: Settings) -> None:
         """Run beside the holder: the verdict now, the signed look at the holder meanwhile."""

@@ -208,11 +208,6 @@ class Settings:
             from highlander._core.signing import derive_key  # noqa: PLC0415 - keeps the claim path light
             from highlander._host.token import resolve_token  # noqa: PLC0415
 
-            if self.backend is not None and not self.shared_token():
-                raise ConfigurationError(
-                    "the etcd backend needs one secret shared by every host: set "
-                    "HIGHLANDER_TOKEN (or token=) to the same value on each"
-                )
             secret = resolve_token(self.token, runtime_dir=self.paths.runtime_dir, env=self.env)
             self._key = derive_key(secret.secret, self.project_key())
         return self._key

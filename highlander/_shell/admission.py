@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from highlander._core.errors import Reason
-from highlander._core.messages import Intent, Save
+from highlander._core.messages import Intent, Save, StatusReply
 from highlander._core.values import Value
 from highlander._host.event_log import Event
+from highlander._host.record import HolderRecord
 from highlander._host.settings import Settings
 
 
@@ -53,3 +54,15 @@ def policy(
     if not settings.thrash.allows(history_ms, now_ms):
         return Refusal(Reason.THRASH, settings.thrash.explain(history_ms, now_ms), Event.THRASH)
     return None
+
+
+def status_reply(settings: Settings, record: HolderRecord, *, busy: bool) -> StatusReply:
+    """What the holder of ``record`` answers a STATUS with (``busy``: a succession runs)."""
+    return StatusReply(
+        app=settings.app,
+        pid=record.pid,
+        generation=record.generation,
+        mode=settings.mode.value,
+        since_ms=record.since_ms,
+        busy=busy,
+    )

@@ -148,6 +148,10 @@ class LocalBackend:
         """See :meth:`Backend.commit`: the successor holds copies; closing ours is the commit."""
         return True
 
+    def fencing(self, reign: Reign) -> tuple[str | None, int]:
+        """See :meth:`Backend.fencing`: no key; the generation."""
+        return None, reign.record.generation
+
     def unproven(self, reign: Reign, settings: Settings, generation: int) -> str | None:
         """See :meth:`Backend.unproven`: the lock, the lock file and the record."""
         from highlander._host.claim import unproven  # noqa: PLC0415

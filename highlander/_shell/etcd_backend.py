@@ -21,7 +21,7 @@ import time
 import weakref
 from dataclasses import dataclass, replace
 
-from highlander._core.errors import EtcdError, ForeignHolderError
+from highlander._core.errors import ConfigurationError, EtcdError, ForeignHolderError
 from highlander._core.messages import Hello, Saved
 from highlander._core.patience import Look
 from highlander._core.policy import Changed, Setback
@@ -64,6 +64,12 @@ class EtcdBackend:
     def __init__(self, settings: Settings) -> None:
         """A session with the cluster ``settings.backend`` names (nothing sent yet)."""
         assert settings.backend is not None and settings.project_id is not None
+        if not settings.shared_token():
+            # A per-user secret file is another secret on every host: nobody could talk.
+            raise ConfigurationError(
+                "the etcd backend needs one secret shared by every host: set "
+                "HIGHLANDER_TOKEN (or token=) to the same value on each"
+            )
         self.settings = settings
         self.session: Session = session_for(settings.backend, settings.env, ttl=settings.lease_ttl)
         self.root = project_root(f"{settings.app}\n{settings.project_id}", settings.env)
@@ -308,6 +314,11 @@ class EtcdBackend:
         from highlander._shell.etcd_serving import commit  # noqa: PLC0415
 
         return await commit(self, incumbent, sock)
+
+    def fencing(self, reign: Reign) -> tuple[str | None, int]:
+        """See :meth:`Backend.fencing`: the holder key and its mod revision (this reign's write)."""
+        held = self.session.held
+        return self.key.decode(), held.token if held is not None else 0
 
     def unproven(self, reign: Reign, settings: Settings, generation: int) -> str | None:
         """See :meth:`Backend.unproven`: a linearizable read, within the lease bound."""

@@ -56,7 +56,7 @@ async def conclude(
     answer = await hear(settings, greeting, answer)
     if answer is Answer.SILENT:
         settings.events.emit(Event.HUNG, peer_pid=greeting.peer.pid, phase="exit")
-        return await fence(backend, opened, greeting.waiter, saved.handoff)
+        return await fence(backend, opened, greeting.waiter, saved.handoff, saved=True)
     if answer is Answer.REFUSED:
         return None
     key, kv = _read(backend, opened, backend.session.lease_kept().lease)
@@ -84,14 +84,18 @@ def _read(backend: EtcdBackend, opened: Opened, lease: int) -> tuple[Key, api.Ke
     return key, kv
 
 
-def _hold(backend: EtcdBackend, held: Held, handoff: dict[str, Any] | None) -> Reign:
+def _hold(
+    backend: EtcdBackend, held: Held, handoff: dict[str, Any] | None, *, fenced: bool = False
+) -> Reign:
     backend.session.held = held
-    # With the handoff a succession; without one (a fenced holder's) a stale claim.
-    outcome = Outcome.SUCCEEDED if handoff is not None else Outcome.CLAIMED_STALE
+    # After SAVED a succession, whatever the save returned; a fenced holder gave nothing.
+    outcome = Outcome.CLAIMED_STALE if fenced else Outcome.SUCCEEDED
     return backend.reign(held, outcome, handoff)
 
 
-def _claim(backend: EtcdBackend, handoff: dict[str, Any] | None) -> Reign | None:
+def _claim(
+    backend: EtcdBackend, handoff: dict[str, Any] | None, *, fenced: bool = False
+) -> Reign | None:
     """Put the key on our lease if it is still absent (the handoff is ours to carry)."""
     since = int(time.time() * 1000)
     result = backend.session.claim_reign(
@@ -99,13 +103,22 @@ def _claim(backend: EtcdBackend, handoff: dict[str, Any] | None) -> Reign | None
     )
     if not isinstance(result, Held):
         return None  # a third claimer was first: it holds, without the handoff
-    return _hold(backend, result, handoff)
+    return _hold(backend, result, handoff, fenced=fenced)
 
 
 async def fence(
-    backend: EtcdBackend, opened: Opened, waiter: Waiter, handoff: dict[str, Any] | None
+    backend: EtcdBackend,
+    opened: Opened,
+    waiter: Waiter,
+    handoff: dict[str, Any] | None,
+    *,
+    saved: bool = False,
 ) -> Reign | None:
-    """Fence the reign ``opened`` spoke to out; the reign we then hold, or ``None``."""
+    """Fence the reign ``opened`` spoke to out; the reign we then hold, or ``None``.
+
+    ``saved``: after its SAVED (``handoff`` is its state): a succession still.
+    """
+    stale = not saved
     session, settings = backend.session, backend.settings
     incumbent = opened.holder
     ttl = max(session.ttl, incumbent.ttl)
@@ -133,16 +146,22 @@ async def fence(
             kv = None
     verdict = rules.after_fence(found)
     if verdict is Verdict.COMMIT and kv is not None:
-        return _settle(backend, Held(kv.mod_revision, lease, kv.value), keeper, handoff)
+        held = Held(kv.mod_revision, lease, kv.value)
+        return _settle(backend, held, keeper, handoff, stale=stale)
     with contextlib.suppress(EtcdError):  # unused: it ends by its TTL otherwise
         session.call(keeper.revoke)
     if verdict is Verdict.CLAIM:
-        return _claim(backend, handoff)
+        return _claim(backend, handoff, fenced=stale)
     return None
 
 
 def _settle(
-    backend: EtcdBackend, fenced: Held, keeper: Keeper, handoff: dict[str, Any] | None
+    backend: EtcdBackend,
+    fenced: Held,
+    keeper: Keeper,
+    handoff: dict[str, Any] | None,
+    *,
+    stale: bool,
 ) -> Reign:
     """Hold what the fence won, on our own lease again if etcd lets us move it there.
 
@@ -160,6 +179,6 @@ def _settle(
     if isinstance(moved, Held):
         with contextlib.suppress(EtcdError):
             session.call(keeper.revoke)
-        return _hold(backend, moved, handoff)
+        return _hold(backend, moved, handoff, fenced=stale)
     session.adopt(fenced, keeper)  # it stays on the long lease: kept alive from now on
-    return _hold(backend, fenced, handoff)
+    return _hold(backend, fenced, handoff, fenced=stale)

@@ -29,7 +29,6 @@ from highlander._core.messages import (
     Save,
     Saved,
     Status,
-    StatusReply,
 )
 from highlander._core.state import Role
 from highlander._host.claim import Reign
@@ -38,7 +37,7 @@ from highlander._host.identity import PeerCredentials, own_identity
 from highlander._host.listener import Listener
 from highlander._host.settings import Settings
 from highlander._host.tasks import Closed
-from highlander._shell.admission import other_app, policy
+from highlander._shell.admission import other_app, policy, status_reply
 from highlander._shell.backend import LOCAL
 from highlander._shell.saving import SaveFlight, SaveHook, describe_failure
 from highlander._shell.serving_guard import (
@@ -255,14 +254,7 @@ class Incumbent:
         request = await receive_event(sock, conn, self.runtime)
         self._guard.engaged(slot)  # a real request: no longer evictable
         if isinstance(request, Status):
-            reply = StatusReply(
-                app=self.settings.app,
-                pid=me.pid,
-                generation=record.generation,
-                mode=self.settings.mode.value,
-                since_ms=record.since_ms,
-                busy=self._successor is not None,
-            )
+            reply = status_reply(self.settings, record, busy=self._successor is not None)
             # Not logged: a read-only query leaves no trace (a monitor may ask every second).
             await send_message(sock, conn, reply, self.runtime)
         elif isinstance(request, Save):

@@ -140,3 +140,6 @@ class Backend(Protocol):
 
     def unproven(self, reign: Reign, settings: Settings, generation: int) -> str | None:
         """Why this process cannot prove ``reign`` current (``check_current()``); or ``None``."""
+
+    def fencing(self, reign: Reign) -> tuple[str | None, int]:
+        """The key and token that fence ``reign``'s own writes (``Highlander.fencing``)."""

@@ -21,7 +21,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.etcd_cluster import Cluster
+from highlander import ConfigurationError, Deposed, Highlander, Timeouts
+from highlander._etcd import api
+from tests.support.etcd_cluster import Cluster, post
 from tests.support.proctools import Child, Children, assert_no_overlap, wait_until_one_left
 
 #: Short leases keep the tests short on the suite's quiet local cluster (users get >= 5 s).
@@ -200,3 +202,57 @@ def test_observe_runs_beside_the_holder_without_asking_anything(hosts: Hosts) ->
     assert report["outcome"] == "duplicate" and not report["is_holder"]
     assert first.proc.poll() is None
     assert hosts.events("save_requested") == []
+
+
+def _guarded_put(etcd: Cluster, fencing: tuple[str | None, int], key: bytes) -> bool:
+    """A user's own write, guarded by the reign's fencing token (docs/etcd.md)."""
+    fence_key, token = fencing
+    assert fence_key is not None
+    compare = {"key": api.b64(fence_key.encode()), "target": "MOD", "result": "EQUAL"}
+    body = {
+        "compare": [{**compare, "mod_revision": str(token)}],
+        "success": [{"request_put": {"key": api.b64(key), "value": api.b64(b"x")}}],
+    }
+    return bool(post(etcd.endpoints[0], "/v3/kv/txn", body).get("succeeded", False))
+
+
+def test_a_deposed_holders_guarded_writes_fail(
+    hosts: Hosts, etcd: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in hosts.kids.env(HIGHLANDER_BACKEND=etcd.backend).items():
+        if name.startswith("HIGHLANDER_"):
+            monkeypatch.setenv(name, value)
+    deposed: list[bool] = []
+    hl = Highlander(
+        app="child",
+        project_id=hosts.project,
+        on_deposed=lambda: deposed.append(True),
+        exit_when_orphaned=False,
+        timeouts=Timeouts(**FAST),
+    ).acquire()
+    try:
+        ours = f"/users-own/{uuid.uuid4().hex}".encode()
+        assert hl.generation == 1 and _guarded_put(etcd, hl.fencing, ours)
+        fencing = hl.fencing
+        successor = hosts.start("h2")
+        assert successor.wait_for("ready")["outcome"] == "succeeded"
+        assert deposed == [True]
+        with pytest.raises(Deposed):
+            hl.check_current()
+        assert not _guarded_put(etcd, fencing, ours)  # the old token fences it out
+    finally:
+        hl.release()
+
+
+def test_the_etcd_backend_refuses_to_start_without_a_shared_token(
+    hosts: Hosts, etcd: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HIGHLANDER_TOKEN", raising=False)
+    handle = Highlander(
+        app="child",
+        backend=etcd.backend,
+        project_id=hosts.project,
+        runtime_dir=hosts.kids.runtime,
+    )
+    with pytest.raises(ConfigurationError, match="HIGHLANDER_TOKEN"):
+        handle.acquire()
