@@ -37,6 +37,7 @@ bench: $(STAMP)
 	# The etcd backend's parts and its scale (issue #15): a local 3-member etcd, started here.
 	$(PY) -m scripts.bench.etcd
 	$(PY) -m scripts.bench.etcd_scale
+	$(PY) -m scripts.bench.etcd_succession
 
 chaos: $(STAMP)
 	$(PY) -m scripts.chaos --events 500 --seed 1

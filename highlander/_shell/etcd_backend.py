@@ -31,7 +31,7 @@ from highlander._etcd.claim import Held, counter_key
 from highlander._etcd.holding import Incoming, LeaseLock, private_listener
 from highlander._etcd.session import HolderValue, Session, holder_key, project_root, session_for
 from highlander._host.claim import Reign
-from highlander._host.event_log import Outcome
+from highlander._host.event_log import Event, Outcome
 from highlander._host.identity import Expected, PeerCredentials, cmdline, run_state
 from highlander._host.record import HolderRecord
 from highlander._host.settings import Settings
@@ -140,7 +140,9 @@ class EtcdBackend:
             [],
         )
         lock = LeaseLock(self.session)
-        return Reign(lock, private_listener(), record, handoff, outcome)
+        reign = Reign(lock, private_listener(), record, handoff, outcome)
+        self.settings.events.emit(Event.CLAIMED, outcome=outcome, generation=value.generation)
+        return reign
 
     def holder(self, settings: Settings) -> HolderRecord | None:
         """See :meth:`Backend.holder`: the holder key's value (a linearizable read)."""

@@ -142,7 +142,7 @@ def succession(
     if ready["outcome"] not in ("claimed_free", "claimed_stale"):
         raise BenchError(f"the holder child claimed with outcome {ready['outcome']}")
     if settle:
-        _wait_until_quiet(holder.pid)
+        wait_until_quiet(holder.pid)
     if extra and extra.get("HL_BENCH_MARKS"):
         holder.expect("serving")
     incoming, got = newcomer(kids, "succeeded", flags, extra)
@@ -155,7 +155,7 @@ def succession(
     return holder, incoming, got
 
 
-def _wait_until_quiet(pid: int, quiet: float = 0.1, bound: float = 5.0) -> None:
+def wait_until_quiet(pid: int, quiet: float = 0.1, bound: float = 5.0) -> None:
     """Wait until ``pid`` has used no CPU for ``quiet`` seconds (at most ``bound``)."""
     deadline = time.monotonic() + bound
     last, since = _cpu_ticks(pid), time.monotonic()
