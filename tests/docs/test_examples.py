@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -104,3 +105,69 @@ def test_the_sandbox_ends_what_it_started_by_pid(tmp_path: Path) -> None:
     sandbox.close()
     assert sleeper.returncode == -9
     assert not sandbox.runtime_dir.exists()
+
+
+def _line_with(proc: subprocess.Popen[bytes], text: str) -> str:
+    """Read ``proc``'s stdout until a line containing ``text`` (bounded by WAIT per line)."""
+    assert proc.stdout is not None
+    while True:
+        readable, _, _ = select.select([proc.stdout], [], [], WAIT)
+        assert readable, f"no {text!r} from pid {proc.pid} in time"
+        line = proc.stdout.readline().decode()
+        assert line, f"pid {proc.pid} ended before {text!r}"
+        if text in line:
+            return line
+
+
+def test_the_etcd_indexer_hands_its_index_from_one_host_to_the_other(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    example = EXAMPLES / "etcd_indexer"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("HIGHLANDER_")}
+    started: list[subprocess.Popen[bytes]] = []
+
+    def run(script: str, *args: str, **env: str) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [sys.executable, str(example / script), *args],
+            cwd=tmp_path,
+            env={**base, **env},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        started.append(proc)
+        return proc
+
+    try:
+        etcd = run("local_etcd.py", "--port", str(port))
+        backend = _line_with(etcd, "HIGHLANDER_BACKEND=").strip().split("=", 1)[1]
+        shared = {
+            "HIGHLANDER_BACKEND": backend,
+            "HIGHLANDER_PROJECT_ID": "example.com/acme/indexer",
+            "HIGHLANDER_TOKEN": "example-token-the-same-on-every-host",
+            "INDEXER_PERIOD": "0.2",
+            "HIGHLANDER_RUNTIME_DIR": str(tmp_path / "rt"),
+        }
+        laptop = run("indexer.py", HIGHLANDER_HOST_ID="laptop", **shared)
+        assert "holding generation 1 (claimed_free)" in _line_with(laptop, "holding")
+        _line_with(laptop, "indexed 3 files; summary written")
+        devbox = run("indexer.py", HIGHLANDER_HOST_ID="devbox", **shared)
+        took = _line_with(devbox, "holding")
+        assert "holding generation 2 (succeeded), with" in took and "on laptop" in took
+        handed = int(_line_with(laptop, "handing over an index of").split(" of ")[1].split()[0])
+        assert f"with {handed} files indexed on laptop" in took
+        _line_with(laptop, "deposed")
+        assert laptop.wait(timeout=WAIT) == 0
+        _line_with(devbox, f"indexed {handed + 1} files; summary written")
+    finally:
+        for proc in reversed(started):  # the indexers first, then etcd (it deletes its data)
+            if proc.poll() is None:
+                proc.terminate()
+            try:
+                proc.wait(timeout=WAIT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=WAIT)
+            if proc.stdout is not None:
+                proc.stdout.close()
