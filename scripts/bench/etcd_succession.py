@@ -7,7 +7,10 @@ newcomer's ``acquire()`` (settings, the etcd session, the claim that finds
 the project held, the conversation over sealed keys, SAVE, SAVED, ACK, the
 incumbent's move and the read that confirms it).  The two children are two
 simulated hosts (``HIGHLANDER_HOST_ID``), so nothing of the local machinery
-helps.  Each run is a fresh project id (generation 1 then 2).  The
+helps.  Each run is a fresh project id (generation 1 then 2).  Then the
+failover: a holder SIGKILLed and a fresh newcomer started at once, from the
+kill to its holding (the lease must run out first: issue #15's target is
+TTL + 0.5 s, at the default TTL of 5 s).  The
 3-member cluster is started here (tests/support/etcd_cluster.py) and ended
 by pid, as is every child.
 """
@@ -16,13 +19,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
+from highlander._host.backend_choice import DEFAULT_TTL
 from scripts.bench.cases import wait_until_quiet
 from scripts.bench.children import Children, check_exit, children, newcomer, write_child_script
 from scripts.bench.env import BenchError, stderr_to
@@ -58,6 +65,21 @@ def one_succession(kids: Children, cluster: Cluster) -> tuple[float, float]:
     return float(got["seconds"]) * 1000, _hello_to_claimed(kids, incoming.pid)
 
 
+def one_failover(kids: Children, cluster: Cluster) -> float:
+    """A holder SIGKILLed, a fresh newcomer started at once: kill -> holding, in ms."""
+    project = f"bench.example/{uuid.uuid4().hex}"
+    env = {"HIGHLANDER_BACKEND": cluster.backend, "HIGHLANDER_PROJECT_ID": project}
+    holder = kids.start("holder", (), {**env, "HIGHLANDER_HOST_ID": "host-a"})
+    holder.expect("ready")
+    wait_until_quiet(holder.pid)
+    os.kill(holder.pid, signal.SIGKILL)
+    killed = time.time()
+    kids.end(holder)
+    incoming, got = newcomer(kids, "claimed_stale", (), {**env, "HIGHLANDER_HOST_ID": "host-b"})
+    kids.end(incoming)
+    return (float(got["started_at"]) + float(got["seconds"]) - killed) * 1000
+
+
 def _hello_to_claimed(kids: Children, pid: int) -> float:
     """From the newcomer's verified HELLO to its ``claimed`` event (ms): the handover itself."""
     seen: dict[str, float] = {}
@@ -79,10 +101,18 @@ def measure(base: Path, cluster: Cluster, runs: int) -> list[tuple[float, float]
         return [one_succession(kids, cluster) for _ in range(runs)]
 
 
+def measure_failover(base: Path, cluster: Cluster, runs: int) -> list[float]:
+    """``runs`` failovers after a SIGKILL (each about one lease TTL)."""
+    script = write_child_script(base)
+    with children(base, "etcd-failover", script) as kids:
+        return [one_failover(kids, cluster) for _ in range(runs)]
+
+
 def main() -> int:
     """Start a cluster, measure, print the row, end the cluster."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--failovers", type=int, default=10)
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="hl-bench-etcd-succession-"))
     sys.pycache_prefix = str(base / "pycache")
@@ -91,6 +121,7 @@ def main() -> int:
         try:
             with stderr_to(base / "library-stderr.log"):
                 samples = measure(base, cluster, args.runs)
+                failovers = measure_failover(base, cluster, args.failovers)
         finally:
             cluster.close()
     finally:
@@ -102,6 +133,13 @@ def main() -> int:
         ms = sorted(column)
         p90 = ms[min(len(ms) - 1, int(len(ms) * 0.9))]
         print(f"| {name} | {statistics.median(ms):.1f} | {p90:.1f} | {len(ms)} | 50 |")
+    ms = sorted(failovers)
+    p90 = ms[min(len(ms) - 1, int(len(ms) * 0.9))]
+    target = (DEFAULT_TTL + 0.5) * 1000
+    print(
+        f"| failover: SIGKILL -> a fresh newcomer holds (TTL {DEFAULT_TTL} s) "
+        f"| {statistics.median(ms):.0f} | {p90:.0f} | {len(ms)} | {target:.0f} |"
+    )
     return 0
 
 
