@@ -298,16 +298,19 @@ def pause_before_ack() -> None:
 
     used = []
 
-    def slow_adopt(*args: Any, **kwargs: Any) -> Any:
-        taken = adopt(*args, **kwargs)
+    def pause() -> None:
         if how.get("once") and used:
-            return taken
+            return
         used.append(True)
         if "delay" in how:
             time.sleep(float(how["delay"]))
         if how.get("stop"):
             report(event="before_ack")
             os.kill(os.getpid(), signal.SIGSTOP)
+
+    def slow_adopt(*args: Any, **kwargs: Any) -> Any:
+        taken = adopt(*args, **kwargs)
+        pause()
         return taken
 
     module.adopt_handover = slow_adopt
@@ -317,13 +320,7 @@ def pause_before_ack() -> None:
         conclude = etcd.conclude
 
         async def slow_conclude(*args: Any, **kwargs: Any) -> Any:
-            if not (how.get("once") and used):
-                used.append(True)
-                if "delay" in how:
-                    time.sleep(float(how["delay"]))
-                if how.get("stop"):
-                    report(event="before_ack")
-                    os.kill(os.getpid(), signal.SIGSTOP)
+            pause()
             return await conclude(*args, **kwargs)
 
         etcd.conclude = slow_conclude
