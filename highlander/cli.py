@@ -100,6 +100,11 @@ def _where(parser: argparse.ArgumentParser, app_help: str, *, json_option: bool 
     parser.add_argument("--project", help=PROJECT_HELP)
     parser.add_argument("--app", help=app_help)
     parser.add_argument("--runtime-dir", help=RUNTIME_HELP)
+    parser.add_argument(
+        "--backend",
+        help="where holders meet: local, or etcd://h1:2379,... (default HIGHLANDER_BACKEND, "
+        "else local); on etcd, status reads the holder key",
+    )
     if json_option:
         parser.add_argument("--json", action="store_true", help=JSON_HELP)
 
@@ -243,6 +248,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from highlander._core.errors import HighlanderError  # noqa: PLC0415
 
     try:
+        on_etcd = _etcd_backend(args)
+        if on_etcd is not None:
+            return _on_etcd(args, on_etcd)
         return int(handler(args))
     except HighlanderError as exc:
         return fail(args, str(exc))
@@ -331,6 +339,28 @@ def _run(args: argparse.Namespace) -> int:
         runtime_dir=args.runtime_dir,
         wind_down=args.wind_down,
     )
+
+
+def _etcd_backend(args: argparse.Namespace) -> str | None:
+    """The etcd cluster a holder-facing command is about, if any (``--backend``, env)."""
+    if args.command not in ("status", "stop"):
+        return None  # events are each host's own log; the rest is about this machine
+    from highlander._host.backend_choice import choose_backend  # noqa: PLC0415
+
+    return choose_backend(args.backend, os.environ)
+
+
+def _on_etcd(args: argparse.Namespace, backend: str) -> int:
+    if args.command == "stop":
+        return fail(
+            args,
+            "stop is not spoken over etcd yet: stop the holder on its own host (its "
+            "`highlander status --backend ...` names the host and pid), or start a newcomer, "
+            "which takes the project over with the holder's state",
+        )
+    from highlander._commands.cli_etcd import etcd_status  # noqa: PLC0415
+
+    return etcd_status(args, backend)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -63,6 +63,11 @@ def project_root(project_id: str, environ: Mapping[str, str]) -> bytes:
     return f"{prefix}{digest}/".encode()
 
 
+def app_root(app: str, project_id: str, environ: Mapping[str, str]) -> bytes:
+    """The key prefix of ``app`` on project ``project_id`` (each app holds on its own)."""
+    return project_root(f"{app}\n{project_id}", environ)
+
+
 def holder_key(root: bytes) -> bytes:
     """The key that exists exactly while somebody holds the project."""
     return root + b"holder"

@@ -29,7 +29,7 @@ from highlander._etcd import api
 from highlander._etcd.channel import Channel, bridge, open_channel
 from highlander._etcd.claim import Held, counter_key
 from highlander._etcd.holding import Incoming, LeaseLock, private_listener
-from highlander._etcd.session import HolderValue, Session, holder_key, project_root, session_for
+from highlander._etcd.session import HolderValue, Session, app_root, holder_key, session_for
 from highlander._host.claim import Reign
 from highlander._host.event_log import Event, Outcome
 from highlander._host.identity import Expected, PeerCredentials, cmdline, run_state
@@ -72,7 +72,7 @@ class EtcdBackend:
             )
         self.settings = settings
         self.session: Session = session_for(settings.backend, settings.env, ttl=settings.lease_ttl)
-        self.root = project_root(f"{settings.app}\n{settings.project_id}", settings.env)
+        self.root = app_root(settings.app, settings.project_id, settings.env)
         self.key = holder_key(self.root)
         self.counter = counter_key(self.key)
         self.me = replace(HolderValue.mine(settings.app, settings.env), ttl=settings.lease_ttl)

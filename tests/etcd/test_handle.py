@@ -11,8 +11,11 @@ several hosts converges on one.  Children on different simulated hosts are
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -256,3 +259,30 @@ def test_the_etcd_backend_refuses_to_start_without_a_shared_token(
     )
     with pytest.raises(ConfigurationError, match="HIGHLANDER_TOKEN"):
         handle.acquire()
+
+
+def _cli(hosts: Hosts, *args: str) -> subprocess.CompletedProcess[str]:
+    env = hosts.kids.env(HIGHLANDER_PROJECT_ID=hosts.project)
+    return subprocess.run(
+        [sys.executable, "-m", "highlander.cli", *args, "--backend", hosts.etcd.backend],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SETTLE,
+        check=False,
+    )
+
+
+def test_status_on_etcd_names_the_holder_and_its_host(hosts: Hosts) -> None:
+    assert _cli(hosts, "status", "--app", "child").returncode == 3  # nobody yet
+    first = hosts.start("h1")
+    first.wait_for("ready")
+    done = _cli(hosts, "status", "--app", "child", "--json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert (data["held"], data["pid"], data["host"], data["generation"]) == (
+        True, first.pid, "h1", 1,
+    )  # fmt: skip
+    refused = _cli(hosts, "stop", "--app", "child")
+    assert refused.returncode == 1 and "not spoken over etcd" in refused.stderr
+    assert first.proc.poll() is None  # nothing was done to it
