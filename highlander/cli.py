@@ -103,7 +103,7 @@ def _where(parser: argparse.ArgumentParser, app_help: str, *, json_option: bool 
     parser.add_argument(
         "--backend",
         help="where holders meet: local, or etcd://h1:2379,... (default HIGHLANDER_BACKEND, "
-        "else local); on etcd, status reads the holder key",
+        "else local); on etcd, status reads the holder key and stop asks over etcd",
     )
     if json_option:
         parser.add_argument("--json", action="store_true", help=JSON_HELP)
@@ -351,16 +351,9 @@ def _etcd_backend(args: argparse.Namespace) -> str | None:
 
 
 def _on_etcd(args: argparse.Namespace, backend: str) -> int:
-    if args.command == "stop":
-        return fail(
-            args,
-            "stop is not spoken over etcd yet: stop the holder on its own host (its "
-            "`highlander status --backend ...` names the host and pid), or start a newcomer, "
-            "which takes the project over with the holder's state",
-        )
-    from highlander._commands.cli_etcd import etcd_status  # noqa: PLC0415
+    from highlander._commands.cli_etcd import etcd_status, etcd_stop  # noqa: PLC0415
 
-    return etcd_status(args, backend)
+    return (etcd_stop if args.command == "stop" else etcd_status)(args, backend)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,12 +4,15 @@ On etcd the holder key exists exactly while somebody holds the project, on
 that holder's lease, so reading it (linearizable) says who holds; the
 holder is not asked anything (a signed STATUS over etcd would need the
 shared token; ``check_current()`` in the holder is the proof that matters).
-``stop`` is not yet spoken over etcd; ``events`` are each host's own.
+``highlander stop`` asks the holder to save and leave over an etcd
+conversation, as on one machine (never ``--force``: a process on another
+host is never signalled).  ``events`` are each host's own.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -62,3 +65,43 @@ def etcd_status(args: argparse.Namespace, backend: str) -> int:
                  "ttl_s", "backend")]  # fmt: skip
         sys.stdout.write("\n".join(f"{name:<11} {value}" for name, value in rows) + "\n")
     return OK if kv is not None else NO_HOLDER
+
+
+def etcd_stop(args: argparse.Namespace, backend: str) -> int:
+    """Run ``highlander stop`` against the etcd cluster ``backend`` (needs the token)."""
+    from highlander._commands.cli_common import NO_HOLDER  # noqa: PLC0415
+    from highlander._commands.cli_stop import show_progress  # noqa: PLC0415
+    from highlander._host.settings import Settings  # noqa: PLC0415
+    from highlander._host.waiting import BLOCKING, run_blocking  # noqa: PLC0415
+    from highlander._shell.control import request_stop  # noqa: PLC0415
+    from highlander._shell.etcd_backend import EtcdBackend  # noqa: PLC0415
+
+    if not args.app:
+        return fail(args, "on etcd, name the app: highlander stop --app NAME --backend ...")
+    if args.force:
+        return fail(
+            args,
+            "--force is not for etcd: a holder on another host is never signalled; start a "
+            "newcomer instead, which fences a hung holder out through etcd",
+        )
+    settings = Settings.resolve(
+        app=args.app,
+        project=args.project,
+        mode=None,
+        token=None,
+        timeouts=None,
+        runtime_dir=args.runtime_dir,
+        backend=backend,
+    )
+    etcd = EtcdBackend(settings)
+    try:
+        if etcd.holder(settings) is None:
+            return fail(args, f"no holder for {args.app} on etcd", NO_HOLDER, held=False)
+        pid, handoff = run_blocking(request_stop(settings, show_progress, BLOCKING, etcd))
+    finally:
+        etcd.session.close()
+    if args.json:
+        print_json({"stopped": pid, "handoff": handoff, "forced": False})
+    else:
+        sys.stdout.write(f"stopped pid {pid}; handoff: {json.dumps(handoff)}\n")
+    return OK

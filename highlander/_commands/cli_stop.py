@@ -45,7 +45,7 @@ def stop(args: argparse.Namespace) -> int:
         settings.events = EventLog(path, app=settings.app, mode=mode, quiet=True)
         pid = run_blocking(force_stop(settings, BLOCKING))
     else:
-        pid, handoff = run_blocking(request_stop(settings, _show_progress, BLOCKING))
+        pid, handoff = run_blocking(request_stop(settings, show_progress, BLOCKING))
     if args.json:
         print_json({"stopped": pid, "handoff": handoff, "forced": args.force})
     elif args.force:
@@ -55,7 +55,7 @@ def stop(args: argparse.Namespace) -> int:
     return OK
 
 
-def _show_progress(step: ProgressReport) -> None:
+def show_progress(step: ProgressReport) -> None:
     """One line on stderr per PROGRESS frame of the holder's save."""
     count = f" {step.done}/{step.total}" if step.total is not None else ""
     sys.stderr.write(f"saving #{step.counter}{count} {step.note}\n")

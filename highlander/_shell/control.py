@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from highlander._core.connection import Closed
 from highlander._core.deadlines import Phase
@@ -41,10 +41,14 @@ from highlander._host.record import HolderRecord, read_record
 from highlander._host.settings import Settings
 from highlander._host.termination import terminate
 from highlander._host.waiting import Waiter
+from highlander._shell.backend import LOCAL
 from highlander._shell.client import Greeting, Mismatch, QueueFull, Silent, connect, greet
 from highlander._shell.observe import record_target
 from highlander._shell.save_request import refusal_error, request_save
 from highlander._shell.wire import Overdue, receive_event, send_message
+
+if TYPE_CHECKING:
+    from highlander._shell.seam import Backend
 
 
 @dataclass
@@ -122,17 +126,21 @@ FORCE = "`highlander stop --force` ends it without saving (after verifying who i
 
 
 async def request_stop(
-    settings: Settings, on_progress: Callable[[ProgressReport], None], waiter: Waiter
+    settings: Settings,
+    on_progress: Callable[[ProgressReport], None],
+    waiter: Waiter,
+    backend: Backend = LOCAL,
 ) -> tuple[int, dict[str, Any] | None]:
     """Ask the holder to save and leave; return ``(its pid, its handoff)``.
 
     Every failure says what to do next (usually :data:`FORCE`).  Raises
     :class:`IncumbentUnreachableError` when the holder cannot be asked or
-    did not finish, :class:`SuccessionRefused` when it refused.
+    did not finish, :class:`SuccessionRefused` when it refused.  ``backend``:
+    where the holder is met (this machine, or etcd).
     """
-    socket_path = settings.paths.socket
+    socket_path = backend.place(settings)
     try:
-        sock = connect(socket_path)
+        sock = backend.open(settings)
     except QueueFull:
         raise IncumbentUnreachableError(
             f"the holder on {socket_path} is not accepting connections (its queue is full): "
@@ -143,7 +151,7 @@ async def request_stop(
             f"a process holds the project's lock but nobody listens on {socket_path}: {FORCE}"
         )
     try:
-        greeting = await greet(settings, sock, waiter)
+        greeting = await greet(settings, sock, waiter, backend)
         if not isinstance(greeting, Greeting):
             raise IncumbentUnreachableError(_not_greeted(settings, greeting))
         return await _ask_to_stop(settings, greeting, on_progress)

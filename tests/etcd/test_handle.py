@@ -283,6 +283,17 @@ def test_status_on_etcd_names_the_holder_and_its_host(hosts: Hosts) -> None:
     assert (data["held"], data["pid"], data["host"], data["generation"]) == (
         True, first.pid, "h1", 1,
     )  # fmt: skip
-    refused = _cli(hosts, "stop", "--app", "child")
-    assert refused.returncode == 1 and "not spoken over etcd" in refused.stderr
+    forced = _cli(hosts, "stop", "--app", "child", "--force")
+    assert forced.returncode == 1 and "never signalled" in forced.stderr
     assert first.proc.poll() is None  # nothing was done to it
+
+
+def test_stop_on_etcd_asks_the_holder_on_another_host_to_save_and_leave(hosts: Hosts) -> None:
+    first = hosts.start("h1")
+    first.wait_for("ready")
+    done = _cli(hosts, "stop", "--app", "child", "--json")
+    assert done.returncode == 0, done.stderr
+    stopped = json.loads(done.stdout)
+    assert stopped["stopped"] == first.pid and stopped["handoff"]["from"] == first.pid
+    assert first.finish(SETTLE)[0] == 0  # it left by itself
+    assert _cli(hosts, "status", "--app", "child").returncode == 3  # its key went with it
