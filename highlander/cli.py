@@ -95,16 +95,24 @@ def _count(text: str) -> int:
     return value
 
 
-def _where(parser: argparse.ArgumentParser, app_help: str, *, json_option: bool = True) -> None:
+def _where(
+    parser: argparse.ArgumentParser,
+    app_help: str,
+    *,
+    json_option: bool = True,
+    backend: bool = False,
+) -> None:
     """The options that say which holder a subcommand is about (and ``--json``)."""
     parser.add_argument("--project", help=PROJECT_HELP)
     parser.add_argument("--app", help=app_help)
     parser.add_argument("--runtime-dir", help=RUNTIME_HELP)
-    parser.add_argument(
-        "--backend",
-        help="where holders meet: local, or etcd://h1:2379,... (default HIGHLANDER_BACKEND, "
-        "else local); on etcd, status reads the holder key and stop asks over etcd",
-    )
+    if backend:
+        parser.add_argument(
+            "--backend",
+            help="where holders meet: local, or etcd://h1:2379,... (default "
+            "HIGHLANDER_BACKEND, else local); on etcd, status reads the holder key and "
+            "stop asks over etcd",
+        )
     if json_option:
         parser.add_argument("--json", action="store_true", help=JSON_HELP)
 
@@ -146,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
             "3: nobody holds the project; 4: a holder that does not answer.",
         ),
         LOOKUP_APP_HELP,
+        backend=True,
     )
     stopping = command(
         "stop",
@@ -154,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(a hung on_save, a stopped process, no socket), --force ends it without a save. "
         "Exit 0: stopped; 1: failed (the message says what to do); 3: no holder.",
     )
-    _where(stopping, LOOKUP_APP_HELP)
+    _where(stopping, LOOKUP_APP_HELP, backend=True)
     stopping.add_argument(
         "--force",
         action="store_true",
@@ -345,6 +354,7 @@ def _etcd_backend(args: argparse.Namespace) -> str | None:
     """The etcd cluster a holder-facing command is about, if any (``--backend``, env)."""
     if args.command not in ("status", "stop"):
         return None  # events are each host's own log; the rest is about this machine
+    # Resolved first: a value that names no backend fails before anything is looked at.
     from highlander._host.backend_choice import choose_backend  # noqa: PLC0415
 
     return choose_backend(args.backend, os.environ)

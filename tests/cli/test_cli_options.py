@@ -271,6 +271,13 @@ def run_wind_down(kids: Children, _tmp: Path, _command: str) -> None:
     assert [e for e in kids.events("tree_killed") if e["pid"] == first.pid]
 
 
+def refuses_unknown_backend(kids: Children, _tmp: Path, command: str) -> None:
+    # Without a cluster: what --backend takes, and that `local` is this machine.
+    done = cli(kids, command, "--app", "child", "--backend", "zookeeper://h1")
+    assert done.returncode == 1 and "etcd://host:2379" in done.stderr
+    assert cli(kids, command, "--app", "child", "--backend", "local").returncode == 3
+
+
 Probe = Callable[[Children, Path, str], None]
 #: Every option each subcommand lists, and the probe that shows what it does.
 PROBES: dict[str, dict[str, Probe]] = {
@@ -279,6 +286,7 @@ PROBES: dict[str, dict[str, Probe]] = {
         "--app": status_app,
         "--runtime-dir": refuses_open_runtime_dir,
         "--json": prints_json,
+        "--backend": refuses_unknown_backend,
     },
     "stop": {
         "--project": refuses_missing_project,
@@ -286,6 +294,7 @@ PROBES: dict[str, dict[str, Probe]] = {
         "--runtime-dir": refuses_open_runtime_dir,
         "--json": prints_json,
         "--force": stop_force,
+        "--backend": refuses_unknown_backend,
     },
     "events": {
         "--project": refuses_missing_project,
