@@ -133,9 +133,8 @@ class Session:
         """Start the session's thread (nothing is sent to etcd yet)."""
         self.target = target
         self.ttl = ttl
-        portal_cm = anyio.from_thread.start_blocking_portal(name="highlander-etcd")
-        self._portal = portal_cm.__enter__()
-        self._portal_cm: contextlib.AbstractContextManager[Any] | None = portal_cm
+        self._portal, self._thread = _portal_thread()
+        self._open = True
         self.client = Client(target)
         self._portal.call(self.client.__aenter__)
         self._checked_version = False
@@ -192,14 +191,25 @@ class Session:
         if old_task is not None:
             old_task.cancel()
 
-    def lease_kept(self) -> Keeper:
-        """This session's lease, granted (and kept alive) at the first call."""
+    def lease_kept(self, *, renew: bool = False) -> Keeper:
+        """This session's lease, granted (and kept alive) at the first call.
+
+        While not holding, a lease past its bound (or, with ``renew``, one etcd
+        says is gone) is replaced by a new one.
+        """
         if not self._checked_version:
             self._checked_version = True
             status = self._portal.call(self.client.call, "/v3/maintenance/status", {})
             warning = api.version_warning(status)
             if warning is not None:
                 warn_once(f"etcd-version:{status.get('version')}", "etcd_version", detail=warning)
+        stale = self.keeper is not None and (renew or not self.keeper.holds())
+        if stale and self.held is None:
+            # Not holding, and the lease ended (a stopped process, etcd lost it):
+            # a newcomer's conversations need a live one, so it gets a new one.
+            assert self.keeper is not None
+            self.keeper.stop("replaced")
+            self.keeper = None
         if self.keeper is None:
             lease, clock = self._portal.call(grant, self.client, self.ttl)
             self.keeper = Keeper(self.client, lease, clock)
@@ -235,9 +245,9 @@ class Session:
     def close(self, *, revoke: bool = True) -> None:
         """End the session: revoke the lease (its keys go with it) unless told not to."""
         with self._lock:
-            if self._portal_cm is None:
+            if not self._open:
                 return
-            portal_cm, self._portal_cm = self._portal_cm, None
+            self._open = False
         keeper, self.held = self.keeper, None
         if keeper is not None and revoke:
             with contextlib.suppress(Exception):  # a cluster that is gone ends the lease by TTL
@@ -246,7 +256,36 @@ class Session:
             self._kept.cancel()
         with contextlib.suppress(Exception):
             self._portal.call(self.client.__aexit__, None, None, None)
-        portal_cm.__exit__(None, None, None)
+        with contextlib.suppress(Exception):  # its loop is gone already
+            self._portal.call(self._portal.stop)
+        self._thread.join(timeout=5.0)
+
+
+def _portal_thread() -> tuple[anyio.from_thread.BlockingPortal, threading.Thread]:
+    """A blocking portal on an anyio loop in a *daemon* thread of its own.
+
+    Not ``anyio.from_thread.start_blocking_portal``: its thread is a pool's,
+    which the interpreter joins at exit, so a process that leaves without
+    closing its session (an error at the claim, ``sys.exit``) would wait
+    for the loop forever.
+    """
+    ready: Future[anyio.from_thread.BlockingPortal] = Future()
+
+    async def serve() -> None:
+        async with anyio.from_thread.BlockingPortal() as portal:
+            ready.set_result(portal)
+            await portal.sleep_until_stopped()
+
+    def run() -> None:
+        try:
+            anyio.run(serve)
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+
+    thread = threading.Thread(target=run, name="highlander-etcd", daemon=True)
+    thread.start()
+    return ready.result(timeout=30), thread
 
 
 def session_for(

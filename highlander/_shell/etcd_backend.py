@@ -94,9 +94,19 @@ class EtcdBackend:
             reign, self.fenced = self.fenced, None
             return reign
         since = int(time.time() * 1000)
-        result = self.session.claim_reign(
-            self.key, lambda generation: self.value(generation, since).encode()
-        )
+
+        def attempt() -> Held | api.KeyValue:
+            return self.session.claim_reign(
+                self.key, lambda generation: self.value(generation, since).encode()
+            )
+
+        try:
+            result = attempt()
+        except EtcdError as refused:
+            if refused.code != api.NOT_FOUND:
+                raise
+            self.session.lease_kept(renew=True)  # our lease is gone (etcd says): a new one
+            result = attempt()
         if isinstance(result, Held):
             stale, self.stale = self.stale, False
             return self.reign(
@@ -181,16 +191,25 @@ class EtcdBackend:
         if kv is None:
             return None
         holder = self._holder_of(kv)
-        keeper = self.session.lease_kept()
-        channel: Channel = self.session.call(
-            open_channel, self.session.client, self.root, keeper.lease,
-            self.channel_key(), self.me.encode(),
-        )  # fmt: skip
+        try:
+            channel = self._open_channel(renew=False)
+        except EtcdError as refused:
+            if refused.code != api.NOT_FOUND:
+                raise
+            channel = self._open_channel(renew=True)  # our lease is gone: a new one
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         opened = self.last = Opened(Held(kv.mod_revision, kv.lease, kv.value), holder, channel)
         self._opened[ours] = opened
         self.session.spawn(_carry, channel, theirs)
         return ours
+
+    def _open_channel(self, *, renew: bool) -> Channel:
+        keeper = self.session.lease_kept(renew=renew)
+        channel: Channel = self.session.call(
+            open_channel, self.session.client, self.root, keeper.lease,
+            self.channel_key(), self.me.encode(),
+        )  # fmt: skip
+        return channel
 
     def channel_key(self) -> bytes:
         """The key every conversation of this project is sealed under (token and project)."""

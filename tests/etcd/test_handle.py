@@ -26,6 +26,9 @@ import pytest
 
 from highlander import ConfigurationError, Deposed, Highlander, Timeouts
 from highlander._etcd import api
+from highlander._etcd.session import app_root, holder_key
+from highlander._host.settings import Settings
+from highlander._shell.etcd_backend import EtcdBackend
 from tests.support.etcd_cluster import Cluster, post
 from tests.support.proctools import Child, Children, assert_no_overlap, wait_until_one_left
 
@@ -297,3 +300,45 @@ def test_stop_on_etcd_asks_the_holder_on_another_host_to_save_and_leave(hosts: H
     assert stopped["stopped"] == first.pid and stopped["handoff"]["from"] == first.pid
     assert first.finish(SETTLE)[0] == 0  # it left by itself
     assert _cli(hosts, "status", "--app", "child").returncode == 3  # its key went with it
+
+
+def test_a_foreign_holder_key_is_refused_and_the_process_leaves(hosts: Hosts) -> None:
+    # A holder key no Highlander wrote: AUTO refuses it (ForeignHolderError, never
+    # fenced) and the process leaves; the session's loop thread does not keep it.
+    root = app_root("child", hosts.project, {})
+    put = {"key": api.b64(holder_key(root)), "value": api.b64(b"not a holder's value")}
+    post(hosts.etcd.endpoints[0], "/v3/kv/put", put)
+    child = hosts.start("h1", report_errors=True)
+    assert child.wait_for("error")["type"] == "ForeignHolderError"
+    assert child.finish(SETTLE)[0] == 1
+
+
+def test_a_newcomer_whose_lease_etcd_lost_takes_a_new_one(
+    hosts: Hosts, etcd: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in hosts.kids.env(HIGHLANDER_BACKEND=etcd.backend).items():
+        if name.startswith("HIGHLANDER_"):
+            monkeypatch.setenv(name, value)
+    monkeypatch.setenv("HIGHLANDER_PROJECT_ID", hosts.project)
+    first = hosts.start("h1")
+    first.wait_for("ready")
+    settings = Settings.resolve(
+        app="child", project=None, mode=None, token=None, timeouts=None, runtime_dir=None
+    )
+    newcomer = EtcdBackend(settings)
+    try:
+        assert newcomer.claim(settings) is None  # held by the first
+        lease = newcomer.session.lease_kept().lease
+        post(etcd.endpoints[0], "/v3/lease/revoke", {"ID": str(lease)})  # etcd lost it
+        first.proc.kill()
+        first.proc.wait(timeout=SETTLE)
+        deadline = time.monotonic() + SETTLE
+        reign = None
+        while reign is None:  # the first one's lease runs out by itself
+            assert time.monotonic() < deadline
+            reign = newcomer.claim(settings)
+            time.sleep(0.05)
+        assert newcomer.session.lease_kept().lease != lease
+        reign.lock.release()
+    finally:
+        newcomer.session.close()
