@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from highlander._core.errors import ConfigurationError, EtcdError, ForeignHolderError
 from highlander._core.messages import Hello, Saved
 from highlander._core.patience import Look
-from highlander._core.policy import Changed, Setback
+from highlander._core.policy import Changed, Leaving, Setback
 from highlander._etcd import api
 from highlander._etcd.channel import Channel, bridge, open_channel
 from highlander._etcd.claim import Held, counter_key
@@ -287,6 +287,8 @@ class EtcdBackend:
         ):
             return Changed()  # the reign we spoke to is over: the next attempt meets the new one
         holder = last.holder
+        if holder.since_ms > int(time.time() * 1000):
+            return Leaving(holder.pid)  # a fencer waiting out its fence: it serves soon
         target = Expected(holder.pid, holder.start_time, holder.exe, holder.uid, holder.boot_id)
         if holder.since_ms >= connected_ms:
             return HolderFresh(holder.generation, target=target)

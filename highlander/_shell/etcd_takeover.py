@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from dataclasses import replace
 from typing import Any
 
 from highlander._core import etcd_commit as rules
@@ -31,6 +32,7 @@ from highlander._etcd import api
 from highlander._etcd.claim import Held, commit, holder
 from highlander._etcd.handover import fence_out
 from highlander._etcd.keeper import Keeper, grant
+from highlander._etcd.session import HolderValue
 from highlander._host.claim import Reign
 from highlander._host.event_log import Event, Outcome
 from highlander._host.waiting import Waiter
@@ -128,7 +130,10 @@ async def fence(
     now = int(time.time() * 1000)
     generation = incumbent.generation + 1
     history = tuple(settings.thrash.recent([*incumbent.successions_ms], now))
-    value = backend.value(generation, now, history).encode()
+    # Its reign begins once the wait is over: a newcomer that meets the key
+    # meanwhile waits for it (``EtcdBackend.silent``) instead of fencing the fencer.
+    begins = now + int(rules.fence_wait(ttl) * 1000)
+    value = backend.value(generation, begins, history).encode()
     also = ((backend.counter, str(generation).encode()),)
     try:
         found = session.call(
@@ -170,9 +175,12 @@ def _settle(
     The move is the reign's token-giving write (nobody knows the token yet).
     """
     session = backend.session
+    named = HolderValue.decode(fenced.value)
+    assert named is not None  # ours
+    value = replace(named, since_ms=int(time.time() * 1000)).encode()
     try:
         moved = session.call(
-            commit, session.client, backend.key, fenced.value, fenced, session.lease_kept().lease
+            commit, session.client, backend.key, value, fenced, session.lease_kept().lease
         )
     except EtcdError:
         moved = None

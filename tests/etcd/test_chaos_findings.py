@@ -1,9 +1,11 @@
 """What ``make chaos-etcd`` found in the etcd backend (docs/reliability.md, issue #15's chaos).
 
 Each test reproduces one finding outside the harness, with the library's own
-defaults where that is enough, and is a strict xfail until the library is
-fixed (then it passes, and the marker must go).  No test bounds a duration:
-the livelock is told by a count of fences, the others by a hang guard.
+defaults where that is enough; each failed before its fix (a fencer waiting
+out its fence was fenced in turn; a session kept offering an ended lease; a
+process that could not reach etcd said why and never exited).  No test
+bounds a duration: the livelock is told by a count of fences, the others by
+a hang guard.
 """
 
 from __future__ import annotations
@@ -36,11 +38,6 @@ def _start(kids: Children, etcd: Cluster, project: str, host: str, **cfg: Any) -
     return kids.start(env, hold=600, **cfg)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a fencer waiting out its fence (one TTL) is silent; a newcomer that opens a "
-    "conversation then misses HELLO (hello < TTL) and fences the fencer: nobody holds",
-)
 def test_newcomers_arriving_during_a_fence_do_not_fence_the_fencer(
     kids: Children, etcd: Cluster
 ) -> None:
@@ -62,11 +59,6 @@ def test_newcomers_arriving_during_a_fence_do_not_fence_the_fencer(
     assert len(fenced) < CHAIN
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the session's blocking portal is left entered; finalised at interpreter "
-    "shutdown it waits for its loop thread, which no longer runs",
-)
 def test_a_newcomer_that_cannot_reach_etcd_exits_with_its_one_line_error(kids: Children) -> None:
     env = kids.env(
         HIGHLANDER_BACKEND=f"etcd://127.0.0.1:{free_port()}",  # nobody listens there
@@ -80,11 +72,6 @@ def test_a_newcomer_that_cannot_reach_etcd_exits_with_its_one_line_error(kids: C
     assert status == 1 and b"highlander: no etcd member answered" in err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Session.lease_kept() keeps returning a keeper whose lease ended; every later "
-    "put on it fails with 'requested lease not found'",
-)
 def test_a_session_replaces_a_lease_that_ended(etcd: Cluster) -> None:
     session = session_for(etcd.backend, {}, ttl=2)
     try:
