@@ -190,6 +190,8 @@ def test_a_storm_of_newcomers_on_several_hosts_ends_with_one_holder(hosts: Hosts
     first.wait_for("ready")
     storm = [hosts.start(f"h{1 + n % 4}", hold=120) for n in range(32)]
     survivor = wait_until_one_left([first, *storm], timeout=240)
+    if not any(report.get("event") == "ready" for report in survivor.heard):
+        survivor.wait_for("ready", timeout=SETTLE)  # its predecessor left the moment it held
     reigns = hosts.kids.reigns()
     assert_no_overlap(reigns)
     generations = [generation for _, generation, _, _ in reigns]
