@@ -160,9 +160,11 @@ class Children:
             what, pid, gen, at = line.split()
             if what == "acquire":
                 opened[int(pid)] = (int(gen), int(at))
-            else:
+            elif int(pid) in opened:
                 gen0, start = opened.pop(int(pid))
                 intervals.append((int(pid), gen0, start, int(at)))
+            # else: a release with no acquire line: its reign ended (a lease bound
+            # passed under load) before it could say it held; it never acted.
         intervals += [(pid, gen, start, 2**63) for pid, (gen, start) in opened.items()]
         ended = [
             (pid, gen, start, min(end, let_go.get((pid, gen), end)))
