@@ -351,6 +351,7 @@ def test_a_newcomer_whose_lease_etcd_lost_takes_a_new_one(
             reign = newcomer.claim(settings)
             time.sleep(0.05)
         assert newcomer.session.lease_kept().lease != lease
+        reign.listener.close(unlink=False)
         reign.lock.release()
     finally:
         newcomer.session.close()
