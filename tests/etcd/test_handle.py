@@ -234,12 +234,18 @@ def _guarded_put(etcd: Cluster, fencing: tuple[str | None, int], key: bytes) -> 
     return bool(post(etcd.endpoints[0], "/v3/kv/txn", body).get("succeeded", False))
 
 
+def _in_this_process(hosts: Hosts, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This test process as one more host of ``hosts``' project (the children's settings)."""
+    env = hosts.kids.env(HIGHLANDER_BACKEND=hosts.etcd.backend, HIGHLANDER_PROJECT_ID=hosts.project)
+    for name, value in env.items():
+        if name.startswith("HIGHLANDER_"):
+            monkeypatch.setenv(name, value)
+
+
 def test_a_deposed_holders_guarded_writes_fail(
     hosts: Hosts, etcd: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name, value in hosts.kids.env(HIGHLANDER_BACKEND=etcd.backend).items():
-        if name.startswith("HIGHLANDER_"):
-            monkeypatch.setenv(name, value)
+    _in_this_process(hosts, monkeypatch)
     deposed: list[bool] = []
     hl = Highlander(
         app="child",
@@ -328,10 +334,7 @@ def test_a_foreign_holder_key_is_refused_and_the_process_leaves(hosts: Hosts) ->
 def test_a_newcomer_whose_lease_etcd_lost_takes_a_new_one(
     hosts: Hosts, etcd: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name, value in hosts.kids.env(HIGHLANDER_BACKEND=etcd.backend).items():
-        if name.startswith("HIGHLANDER_"):
-            monkeypatch.setenv(name, value)
-    monkeypatch.setenv("HIGHLANDER_PROJECT_ID", hosts.project)
+    _in_this_process(hosts, monkeypatch)
     first = hosts.start("h1")
     first.wait_for("ready")
     settings = Settings.resolve(
