@@ -33,12 +33,14 @@ from __future__ import annotations
 import re
 import signal
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from scripts.chaos import counters, current
 from scripts.chaos.findings import Findings, Reign
 from scripts.chaos.log import CheckLine, SaveLine, Witness
 from scripts.chaos.process import INF, Proc, Who, to_monotonic
+from scripts.chaos.succession import Succession
 
 #: How the protocol core words a message field it refuses to build or accept.
 _BAD_FIELD = re.compile(r"^[A-Z_]+ field '\w+' ")
@@ -54,18 +56,25 @@ def judge(
     end_ns: int | None = None,
     checks: list[CheckLine] | None = None,
     losses: list[tuple[int, int, str]] | None = None,
+    backend: Callable[[Who, list[dict[str, Any]], Findings], None] | None = None,
+    wedge_bound: float = counters.WEDGE_BOUND,
 ) -> Findings:
     """Judge a run: its processes, event log, witness and save lines, and clock samples.
 
     ``end_ns``: when the harness began ending every process (the end of the run);
     ``checks``: the check-witness lines; ``losses``: (before, after, what) of each
-    wipe or plant at the lock file (the holder's lock file is gone from its path).
+    wipe or plant at the lock file (the holder's lock file is gone from its path);
+    ``backend``: what a backend's own evidence says about the reigns, once they are
+    known and before they are judged (the etcd run's lease, scripts/chaos/etcd_check.py;
+    the local run has none); ``wedge_bound``: the longest wait for a verdict (seconds).
     """
     who, found = Who(procs), Findings()
     found.reigns = _reigns(who, events, witness, found)
     _tally(events, found)
     _fatal_signals(who, events, clock, found)
     _relinquished(who, events, clock, found)
+    if backend is not None:
+        backend(who, events, found)
     _overlaps(found, losses or [], _saved(who, events, clock))
     _signals(who, events, found, current.Taken(losses or [], clock))
     _deaths(procs, events, found)
@@ -75,7 +84,7 @@ def judge(
     found.fork_hook_races = sum(p.fork_hook_races() for p in procs if p.role == "child")
     t0 = clock[0][1]
     found.healthy_signalled, found.fair_signals = counters.healthy_signals(who, events, clock)
-    found.wedged, *longest = counters.wedged(procs, end_ns, t0)
+    found.wedged, *longest = counters.wedged(procs, end_ns, t0, wedge_bound)
     found.longest_wait = (longest[0], longest[1])
     found.saves = sum(line.what == "start" for line in saves or [])
     found.concurrent_saves = counters.concurrent_saves(who, saves or [], t0)
@@ -238,7 +247,7 @@ def _signals(who: Who, events: list[dict[str, Any]], found: Findings, taken: cur
     acquired = {id(r.proc) for r in found.reigns if r.acquire_ns is not None and r.proc}
     held = {id(r.proc) for r in found.reigns if r.proc is not None}
     held |= {id(r.successor) for r in found.reigns if r.successor is not None}
-    line = _Succession(who, found)
+    line = Succession(who, found)
     #: (signaller pid, target) of every SIGTERM judged fair: its SIGKILL after
     #: ``term_grace`` is the same verified kill (the target could not run in between
     #: unless it died of the SIGTERM, or it was stopped throughout).
@@ -275,50 +284,6 @@ def _signals(who: Who, events: list[dict[str, Any]], found: Findings, taken: cur
             found.wrong_signals.append(f"{what}: not the incumbent (pid {now} was)")
         if kind == "terminated" and len(found.wrong_signals) == wrong:
             fair_terms.add((e["pid"], id(target)))
-
-
-class _Succession:
-    """The incumbent as the event log goes, from ``claimed`` and ``acked`` events."""
-
-    def __init__(self, who: Who, found: Findings) -> None:
-        self.who, self.found = who, found
-        self.incumbent: Proc | None = None
-        self.previous: Proc | None = None
-        #: The incumbent claimed a free project (so ``previous`` was gone).
-        self.took_free = False
-        #: successor -> the holder that acknowledged it.
-        self.deposed_by: dict[int, Proc | None] = {}
-        #: Every holder that acknowledged a successor (it holds nothing from then on).
-        self.relinquished: set[int] = set()
-
-    def leaving(self, target: Proc, signaller: Proc | None) -> str | None:
-        """The :class:`Findings` counter that excuses a signal to a holder on its way out."""
-        if target is self.previous and self.took_free:
-            return "late_signals"  # the successor found the lock free: the target was exiting
-        if target is self.previous and self.deposed_by.get(id(signaller)) is target:
-            return "exit_kills"  # the successor ends its deposed predecessor (missed exit)
-        if id(target) in self.relinquished and signaller is self.incumbent:
-            # A holder that acknowledged a successor and outlived it: the exit its
-            # successor owed passes through the record to whoever holds now.
-            return "inherited_exit_kills"
-        return None
-
-    def see(self, e: dict[str, Any]) -> None:
-        kind = e["event"]
-        pid = e["pid"] if kind == "claimed" else e.get("peer_pid", -1)
-        proc = self.who.at_wall(pid, e["ts"])
-        acker = self.who.at_wall(e["pid"], e["ts"]) if kind == "acked" else None
-        if kind == "acked" and proc is not None:
-            self.deposed_by[id(proc)] = acker
-            if acker is not None:
-                self.relinquished.add(id(acker))
-        if acker is not None and acker is not self.incumbent:
-            # A holder whose rendezvous was taken (a wipe) finishing the handover
-            # it had out: its successor takes the stale lineage, not the project.
-            self.found.stale_acks += 1
-        elif proc is not self.incumbent:
-            self.previous, self.incumbent = self.incumbent, proc
-            self.took_free = kind == "claimed" and e.get("outcome") != "succeeded"
 
 
 def _deaths(procs: list[Proc], events: list[dict[str, Any]], found: Findings) -> None:
@@ -363,28 +328,46 @@ def _handoffs(
             else:
                 found.handoffs_kept += 1
             continue
-        if before.lost or current.taken_between(
-            losses, to_monotonic(before.ts, clock), to_monotonic(reign.ts, clock)
-        ):
-            found.reset_rendezvous += 1  # wiped or planted: nobody to hand it over
-            continue
-        # The state died with the holder: the predecessor, or the successor it had
-        # acknowledged (which holds the lock and the handoff from then on) when that
-        # one was killed before its own claim.
-        holder = before.proc
-        if before.release_ns is not None:
-            holder = before.successor if id(before.successor) not in claimed else None
-        how = _killed_by(holder, found)
-        if how == "harness":
-            found.reset_sigkill += 1
-        elif how == "highlander":
-            found.reset_hang_kill += 1
-        elif before.release_ns is not None:
-            found.lost_handoffs.append(f"{where}: the predecessor saved and released, then nothing")
-        else:
-            p = before.proc
-            status = f"exit status {p.returncode}" if p else "unknown process"
-            found.lost_handoffs.append(f"{where}: the predecessor ended unexplained ({status})")
+        _without_handoff(found, before, reign, where, claimed, clock, losses)
+
+
+def _without_handoff(
+    found: Findings,
+    before: Reign,
+    reign: Reign,
+    where: str,
+    claimed: set[int],
+    clock: list[tuple[float, int]],
+    losses: list[tuple[int, int, str]],
+) -> None:
+    """Why ``reign`` began without ``before``'s state: a reset, or a lost handoff."""
+    if before.lost or current.taken_between(
+        losses, to_monotonic(before.ts, clock), to_monotonic(reign.ts, clock)
+    ):
+        found.reset_rendezvous += 1  # wiped or planted: nobody to hand it over
+        return
+    if before.lease_ended is not None:
+        # Over etcd: fenced, or its lease ran out, with no handover out; the state
+        # could not pass (set only by the etcd run's evidence).
+        found.reset_lease[before.lease_ended] += 1
+        return
+    # The state died with the holder: the predecessor, or the successor it had
+    # acknowledged (which holds the lock and the handoff from then on) when that
+    # one was killed before its own claim.
+    holder = before.proc
+    if before.release_ns is not None:
+        holder = before.successor if id(before.successor) not in claimed else None
+    how = _killed_by(holder, found)
+    if how == "harness":
+        found.reset_sigkill += 1
+    elif how == "highlander":
+        found.reset_hang_kill += 1
+    elif before.release_ns is not None:
+        found.lost_handoffs.append(f"{where}: the predecessor saved and released, then nothing")
+    else:
+        p = before.proc
+        status = f"exit status {p.returncode}" if p else "unknown process"
+        found.lost_handoffs.append(f"{where}: the predecessor ended unexplained ({status})")
 
 
 def _killed_by(proc: Proc | None, found: Findings) -> str | None:

@@ -34,6 +34,11 @@ class Reign:
     successor: Proc | None = None
     #: It stepped down because its lock file or directory was taken (``lost_rendezvous``).
     lost: bool = False
+    #: (etcd) How its lease ended without a handover: "fenced" or "lease ran out".
+    lease_ended: str | None = None
+    #: (etcd) When the harness stopped it, if it never began a passing
+    #: ``check_current()`` after that: it acted as holder no more from then on.
+    stop_cut_ns: float | None = None
 
     @property
     def counter(self) -> int | None:
@@ -56,6 +61,7 @@ class Reign:
             (p.killed_ns if p else None, "harness SIGKILL"),
             (self.fatal_ns, "Highlander's fatal signal (event time)"),
             (self.relinquished_ns, "its relinquished event"),
+            (self.stop_cut_ns, "stopped, never passing check_current() again"),
             (p.exit_ns if p else None, f"observed exit, status {p.returncode if p else None}"),
         ]
         known = [(float(ns), how) for ns, how in ends if ns is not None]
@@ -90,6 +96,8 @@ class Findings:
     handoffs_kept: int = 0
     reset_sigkill: int = 0
     reset_hang_kill: int = 0
+    #: (etcd) Fresh reigns after the last one was fenced or its lease ran out, by how.
+    reset_lease: Counter[str] = field(default_factory=Counter)
     generation_jumps: list[str] = field(default_factory=list)
     legacy: Counter[str] = field(default_factory=Counter)
     wrong_legacy: list[str] = field(default_factory=list)

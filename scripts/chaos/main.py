@@ -40,6 +40,11 @@ a must-be-zero number is not zero.
     .venv/bin/python -m scripts.chaos --state-damage garbage,truncated,empty
     .venv/bin/python -m scripts.chaos --events 500 --seeds 1-10   # = make chaos-many
 
+``--backend etcd`` runs the same harness against a real 3-member etcd it
+starts itself, with the faults that mean something there (the cluster's
+own among them) and without the local-only ones: scripts/chaos/etcd_main.py
+(``make chaos-etcd`` = ``--backend etcd --events 300 --seed 1``).
+
 ``--seeds A-B`` runs each seed in turn (each its own project and runtime
 directory), prints every report, then one summary table; the exit status is
 1 if any seed failed.
@@ -206,6 +211,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", type=Path, help="copy the evidence (logs, processes) here")
     parser.add_argument(
+        "--backend",
+        choices=("local", "etcd"),
+        default="local",
+        help="where the holders meet: this machine (default) or a 3-member etcd run here",
+    )
+    parser.add_argument(
+        "--etcd-ttl", type=int, default=3, help="with --backend etcd: the lease TTL (default 3 s)"
+    )
+    parser.add_argument(
         "--state-damage",
         default=",".join(STATE_DAMAGE),
         help=f"how corrupt_state damages .state (default {','.join(STATE_DAMAGE)})",
@@ -219,9 +233,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--state-damage: choose from {', '.join(STATE_DAMAGE)}")
     if args.seeds is not None and args.keep is not None:
         parser.error("--keep takes one run: use --seed with it")
-    reports = []
+    if args.backend == "etcd" and args.etcd_ttl < 2:
+        parser.error("--etcd-ttl: at least 2 (etcd's own minimum)")
+    reports: list[Report] = []
     for seed in args.seeds or [args.seed]:
-        report = run(args.events, seed, keep=args.keep, state_damage=damage)
+        if args.backend == "etcd":
+            from scripts.chaos.etcd_main import run_etcd  # noqa: PLC0415 (it imports this module)
+
+            report = run_etcd(args.events, seed, keep=args.keep, ttl=args.etcd_ttl)
+        else:
+            report = run(args.events, seed, keep=args.keep, state_damage=damage)
         print(report.render(), flush=True)
         reports.append(report)
     if args.seeds is not None:

@@ -190,7 +190,10 @@ class Proc:
             "step": self.step,
             "cfg": self.cfg,
             "spawn_ns": self.spawn_ns,
+            "spawn_wall": self.spawn_wall,
             "exit_ns": self.exit_ns,
+            "exit_wall": self.exit_wall,
+            "stdout_bytes": self.stdout_bytes,
             "returncode": self.returncode,
             "killed_ns": self.killed_ns,
             "kill_began_ns": self.kill_began_ns,
@@ -325,6 +328,10 @@ class Who:
             if p.spawn_wall <= ts <= (p.exit_wall if p.exit_wall is not None else INF):
                 return p
         return None
+
+    def ended_before(self, pid: int, ts: float) -> bool:
+        """Whether a process of the run with ``pid`` had ended by wall time ``ts``."""
+        return any(p.exit_wall is not None and p.exit_wall <= ts for p in self._by_pid.get(pid, []))
 
     def identity(self, pid: int, start_time: int | None) -> Proc | None:
         return next((p for p in self._by_pid.get(pid, []) if p.start_time == start_time), None)

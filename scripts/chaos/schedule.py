@@ -179,18 +179,37 @@ _PARAMS: dict[str, Callable[[random.Random], dict[str, Any]]] = {
 _HARNESS_KEYS = ("fate", "after", "count")
 
 
+@dataclass(frozen=True)
+class Tables:
+    """What a schedule is drawn from: the kinds and their weights, how each kind draws
+    its parameters, and the follow-ups placed after the steps that need them.
+
+    The local harness's are the module's own (:data:`LOCAL`); the etcd run has its
+    own (scripts/chaos/etcd_schedule.py).
+    """
+
+    weights: dict[str, float]
+    params: dict[str, Callable[[random.Random], dict[str, Any]]]
+    follow_ups: dict[str, str]
+
+
 def make_schedule(
-    seed: int, count: int, state_damage: tuple[str, ...] = STATE_DAMAGE
+    seed: int,
+    count: int,
+    state_damage: tuple[str, ...] = STATE_DAMAGE,
+    tables: Tables | None = None,
 ) -> list[Step]:
     """``count`` steps for ``seed``; the first one always starts a holder.
 
     A ``free_disk`` follows each ``fill_disk``, a ``clear_socket_dir`` each
     directory put at the socket path, and a ``clear_plant`` each plant that
     blocks newcomers or is never replaced, 1 to 4 steps later (in place of
-    that step's draw; the next free index if two fall together).
+    that step's draw; the next free index if two fall together).  ``tables``:
+    what to draw from (default: the local harness's, :data:`LOCAL`).
     """
+    tables = tables or LOCAL
     rng = random.Random(seed)
-    kinds, weights = list(WEIGHTS), list(WEIGHTS.values())
+    kinds, weights = list(tables.weights), list(tables.weights.values())
     drafts: list[tuple[str, dict[str, Any], float]] = []
     placed: dict[int, tuple[str, dict[str, Any]]] = {}
     for index in range(count):
@@ -198,8 +217,8 @@ def make_schedule(
             kind, params = placed.pop(index)
         else:
             kind = "start_normal" if index == 0 else rng.choices(kinds, weights)[0]
-            params = _draw(rng, kind, state_damage)
-        follow = FOLLOW_UPS.get(kind)
+            params = _draw(rng, kind, state_damage, tables.params)
+        follow = tables.follow_ups.get(kind)
         if follow and "after" in params:
             at = index + params["after"]
             while at in placed:
@@ -222,13 +241,22 @@ def make_schedule(
     ]
 
 
-def _draw(rng: random.Random, kind: str, state_damage: tuple[str, ...]) -> dict[str, Any]:
+def _draw(
+    rng: random.Random,
+    kind: str,
+    state_damage: tuple[str, ...],
+    params_of: dict[str, Callable[[random.Random], dict[str, Any]]],
+) -> dict[str, Any]:
     if kind == "corrupt_state":
         params: dict[str, Any] = {"variant": rng.choice(state_damage)}
         if params["variant"] == "bad_pid":
             params["pid"] = rng.choice(BAD_PIDS)
         return params
-    return _PARAMS[kind](rng) if kind in _PARAMS else {}
+    return params_of[kind](rng) if kind in params_of else {}
+
+
+#: The local harness's tables (``make chaos``).
+LOCAL = Tables(WEIGHTS, _PARAMS, FOLLOW_UPS)
 
 
 #: How often every holder of the run calls ``check_current()`` (seconds).
