@@ -15,6 +15,7 @@ signal to another host).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -85,6 +86,7 @@ class EtcdBackend:
         self.last: Opened | None = None
         #: The last reign's lease ran out under our eyes: the next claim is a stale one.
         self.stale = False
+        self._channel_key: bytes | None = None
 
     # -- claim, holder, look ------------------------------------------------------------
 
@@ -133,24 +135,9 @@ class EtcdBackend:
     def reign(self, held: Held, outcome: Outcome, handoff: dict[str, object] | None) -> Reign:
         """The reign ``held`` is, in the shape the incumbent serves."""
         value = HolderValue.decode(held.value)
-        assert value is not None  # we wrote it
-        me = self.me
-        record = HolderRecord(
-            me.pid,
-            me.start_time,
-            me.exe,
-            me.uid,
-            me.boot_id,
-            me.app,
-            self.settings.mode.value,
-            value.generation,
-            value.since_ms,
-            cmdline(me.pid),
-            list(value.successions_ms),
-            [],
-        )
-        lock = LeaseLock(self.session)
-        reign = Reign(lock, private_listener(), record, handoff, outcome)
+        assert value is not None  # we wrote it: this process, as the reign names it
+        record = _record(value, self.settings, cmdline(value.pid))
+        reign = Reign(LeaseLock(self.session), private_listener(), record, handoff, outcome)
         self.settings.events.emit(Event.CLAIMED, outcome=outcome, generation=value.generation)
         return reign
 
@@ -158,13 +145,7 @@ class EtcdBackend:
         """See :meth:`Backend.holder`: the holder key's value (a linearizable read)."""
         kv = self.session.holder(self.key)
         value = HolderValue.decode(kv.value) if kv is not None else None
-        if value is None:
-            return None
-        return HolderRecord(
-            value.pid, value.start_time, value.exe, value.uid, value.boot_id, value.app,
-            settings.mode.value, value.generation, value.since_ms, [],
-            list(value.successions_ms), [],
-        )  # fmt: skip
+        return None if value is None else _record(value, settings, [])
 
     def look(self, settings: Settings, now: float) -> Look:
         """See :meth:`Backend.look`: the holder key; ``/proc`` only on the same host."""
@@ -212,15 +193,20 @@ class EtcdBackend:
         return channel
 
     def channel_key(self) -> bytes:
-        """The key every conversation of this project is sealed under (token and project)."""
-        from highlander._core.sealing import channel_key  # noqa: PLC0415
-        from highlander._host.token import resolve_token  # noqa: PLC0415
+        """The key every conversation of this project is sealed under (token and project).
 
-        settings = self.settings
-        token = resolve_token(
-            settings.token, runtime_dir=settings.paths.runtime_dir, env=settings.env
-        )
-        return channel_key(token.secret, self.settings.project_key())
+        Derived once: every attempt and every served conversation uses it.
+        """
+        if self._channel_key is None:
+            from highlander._core.sealing import channel_key  # noqa: PLC0415
+            from highlander._host.token import resolve_token  # noqa: PLC0415
+
+            settings = self.settings
+            token = resolve_token(
+                settings.token, runtime_dir=settings.paths.runtime_dir, env=settings.env
+            )
+            self._channel_key = channel_key(token.secret, settings.project_key())
+        return self._channel_key
 
     def place(self, settings: Settings) -> str:
         """See :meth:`Backend.place`: the cluster and the project id."""
@@ -412,7 +398,14 @@ async def _carry(channel: Channel, end: socket.socket) -> None:
     try:
         await bridge(channel, end)
     finally:
-        import contextlib  # noqa: PLC0415
-
         with contextlib.suppress(Exception):  # its lease takes them otherwise
             await channel.forget()
+
+
+def _record(value: HolderValue, settings: Settings, argv: list[str]) -> HolderRecord:
+    """The holder key's value in the shape of the local record (what the shell reads)."""
+    return HolderRecord(
+        value.pid, value.start_time, value.exe, value.uid, value.boot_id, value.app,
+        settings.mode.value, value.generation, value.since_ms, argv,
+        list(value.successions_ms), [],
+    )  # fmt: skip
