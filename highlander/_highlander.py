@@ -306,15 +306,19 @@ class Highlander:
             )
         # The serving side sets its outcome before it lets go of the lock, and
         # calls on_deposed after: between the two, the outcome says why.
+        self._raise_if_ended()
+        assert self.settings is not None and self._backend is not None
+        why = self._backend.unproven(reign, self.settings, self.generation)
+        if why is not None:
+            self._raise_if_ended()  # the reign ended during the check: say how
+            raise Deposed(why)
+
+    def _raise_if_ended(self) -> None:
         stepped = self._incumbent.outcome if self._incumbent is not None else None
         if self._deposed.is_set() or self._released or stepped is not None:
             raise Deposed(
                 f"generation {self.generation} ended: {ending(self._ended_as or stepped)}"
             )
-        assert self.settings is not None and self._backend is not None
-        why = self._backend.unproven(reign, self.settings, self.generation)
-        if why is not None:
-            raise Deposed(why)
 
     def release(self) -> None:
         """Give the project up cleanly; idempotent, also runs at interpreter exit.

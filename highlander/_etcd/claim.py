@@ -114,13 +114,16 @@ async def commit(
     return kv
 
 
-async def holder(client: Client, key: bytes) -> api.KeyValue | None:
+async def holder(client: Client, key: bytes, budget: float | None = None) -> api.KeyValue | None:
     """The holder key now (a linearizable read), or ``None`` while nobody holds."""
-    _, kvs = api.got(await client.call("/v3/kv/range", api.get(key)))
+    _, kvs = api.got(await client.call("/v3/kv/range", api.get(key), budget=budget))
     return kvs[0] if kvs else None
 
 
-async def still_held(client: Client, key: bytes, held: Held) -> bool:
-    """Whether ``held`` is still the reign etcd records (linearizable: ``check_current()``)."""
-    kv = await holder(client, key)
+async def still_held(client: Client, key: bytes, held: Held, budget: float | None = None) -> bool:
+    """Whether ``held`` is still the reign etcd records (linearizable: ``check_current()``).
+
+    ``budget``: the time the lease bound leaves (an answer after it proves nothing).
+    """
+    kv = await holder(client, key, budget)
     return kv is not None and kv.mod_revision == held.token and kv.lease == held.lease

@@ -112,15 +112,21 @@ class Client:
         """Open the connection pool."""
         # Plain http:// members need no trust store: loading one costs ~100 ms a start.
         verify: Any = False
+        transport = None
         if self.target.tls:
             import ssl  # noqa: PLC0415 (only TLS deployments pay for it)
+
+            from highlander._etcd.transport import tls_transport  # noqa: PLC0415
 
             verify = ssl.create_default_context(cafile=self.target.ca)
             if self.target.cert and self.target.key:
                 verify.load_cert_chain(self.target.cert, self.target.key)
+            transport = tls_transport(verify)
         # trust_env=False: an HTTP_PROXY meant for the user's downloads must not
         # silently carry the project's claim (and its auth token) through a proxy.
-        self._http = httpx2.AsyncClient(verify=verify, trust_env=False, timeout=self.timeout)
+        self._http = httpx2.AsyncClient(
+            verify=verify, trust_env=False, timeout=self.timeout, transport=transport
+        )
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

@@ -50,11 +50,17 @@ class LeaseLock(ProjectLock):
         return not self._released and os.getpid() == self._pid and self.session.holds()
 
     def release(self) -> None:
-        """Let go: revoke the lease (the holder key goes with it unless it moved on)."""
+        """Let go: revoke the lease (the holder key goes with it unless it moved on).
+
+        A lease already past its bound, or refused, is not revoked: it ends by
+        itself within the bound's margin, and asking a cluster that does not
+        answer would hold up the step-down (``on_deposed``) by the revoke's budget.
+        """
         if self._released or os.getpid() != self._pid:
             return
         self._released = True
-        self.session.close()
+        keeper = self.session.keeper
+        self.session.close(revoke=keeper is not None and keeper.holds())
 
 
 def private_listener() -> Listener:

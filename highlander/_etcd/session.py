@@ -231,10 +231,11 @@ class Session:
 
     def check(self, key: bytes) -> bool:
         """:meth:`holds`, and etcd confirms it now (a linearizable read: ``check_current()``)."""
-        held = self.held
-        if held is None or not self.holds():
+        held, keeper = self.held, self.keeper
+        if held is None or keeper is None or not self.holds():
             return False
-        confirmed = bool(self._portal.call(still_held, self.client, key, held))
+        left = max(keeper.clock.valid_until - keeper.now(), 0.0)
+        confirmed = bool(self._portal.call(still_held, self.client, key, held, left))
         return confirmed and self.holds()  # the read may have outlasted the bound
 
     def holder(self, key: bytes) -> api.KeyValue | None:

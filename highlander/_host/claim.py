@@ -68,6 +68,8 @@ class ProjectLock:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
+        #: Whether the descriptor was closed at ``fork`` (in the child) rather than released.
+        self.forked = False
         _held.add(self)
 
     @property
@@ -192,7 +194,7 @@ def _drop_in_child() -> None:
         if lock.fd >= 0:
             with contextlib.suppress(OSError):
                 os.close(lock.fd)
-            lock.fd = -1
+            lock.fd, lock.forked = -1, True
     _held.clear()
 
 
@@ -228,9 +230,13 @@ def unproven(reign: Reign, paths: ProjectPaths, generation: int) -> str | None:
             f"{record.generation} (pid {record.pid})"
         )
     if not reign.lock.held:
+        # Released: the serving side lets go of the lock when the reign ends (a
+        # successor, a lost rendezvous), and a check that raced it lands here.
         return (
             f"this process is a fork of the holder of generation {generation}: "
             "only the process that claimed the project holds it"
+            if reign.lock.forked
+            else f"generation {generation} ended: its lock was released"
         )
     unsure = f"generation {generation} cannot be proven current"
     lost = reign.lock.located_at(paths.lock)

@@ -61,9 +61,16 @@ class LocalBackend:
         return connect(settings.paths.socket)
 
     async def fence(
-        self, target: Expected, settings: Settings, why: str, waiter: Waiter, *, halted: bool
+        self,
+        target: Expected,
+        settings: Settings,
+        why: str,
+        waiter: Waiter,
+        *,
+        halted: bool,
+        ceiling: bool = False,
     ) -> bool:
-        """See :meth:`Backend.fence`: the verified kill (SIGTERM, grace, SIGKILL)."""
+        """See :meth:`Backend.fence`: the verified kill (SIGTERM, grace, SIGKILL), at any phase."""
         from highlander._host.termination import terminate  # noqa: PLC0415
 
         return await terminate(

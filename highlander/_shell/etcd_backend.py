@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from highlander._shell.incumbent import Incumbent
 
 #: How often a newcomer looks whether a holder busy handing over has gone.
-_POLL = 0.05
+POLL = 0.05
 
 
 @dataclass
@@ -290,7 +290,7 @@ class EtcdBackend:
             kv = self.session.holder(self.key)
             if last is None or kv is None or kv.mod_revision != last.incumbent.token:
                 return
-            await waiter.sleep(_POLL)
+            await waiter.sleep(POLL)
 
     # -- the handover ---------------------------------------------------------------------
 
@@ -333,55 +333,39 @@ class EtcdBackend:
         """See :meth:`Backend.unproven`: a linearizable read, within the lease bound."""
         if not reign.lock.held:
             return f"generation {generation} is over: its lease bound has passed (or it let go)"
-        if not self.session.check(self.key):
+        try:
+            confirmed = self.session.check(self.key)
+        except Exception as exc:  # fails closed: no answer is no proof
+            # No member answered within the lease bound, or the session closed
+            # under the check (the reign stepping down in its serving thread).
+            return f"generation {generation} cannot be proven current: etcd said nothing ({exc})"
+        if not confirmed:
             return f"generation {generation} is over: etcd no longer records it as the holder"
         return None
 
     # -- fence, watch -----------------------------------------------------------------------
 
     async def fence(
-        self, target: Expected, settings: Settings, why: str, waiter: Waiter, *, halted: bool
+        self,
+        target: Expected,
+        settings: Settings,
+        why: str,
+        waiter: Waiter,
+        *,
+        halted: bool,
+        ceiling: bool = False,
     ) -> bool:
         """See :meth:`Backend.fence`: move the key off the hung reign, revoke it, wait a TTL."""
-        from highlander._shell.etcd_takeover import fence  # noqa: PLC0415
+        from highlander._shell.etcd_takeover import expires, fence  # noqa: PLC0415
 
         last = self.last
         if last is None:
             return False
-        if await self._expires(last, waiter):
+        if await expires(self, last, waiter):
             self.stale = True
             return True  # nobody renewed it: it ran out, and the next claim is plain
-        self.fenced = await fence(self, last, waiter, None)
+        self.fenced = await fence(self, last, waiter, None, ceiling=ceiling)
         return self.fenced is not None
-
-    async def _expires(self, last: Opened, waiter: Waiter) -> bool:
-        """Whether the silent reign's lease, unrenewed for a keepalive period, ran out.
-
-        A live keeper renews every TTL/4, so a lease with less than 3/4 of
-        its TTL (and a margin) left has had no keepalive for a while: its
-        holder is dead or stopped, and the lease ends by itself sooner than
-        a fence's wait of a whole TTL.  Waiting for that takes nothing from
-        anyone; the key still there afterwards (renewed after all) is fenced.
-        """
-        from highlander._core.lease import KEEPALIVES_PER_TTL, margin_for  # noqa: PLC0415
-
-        lease = last.incumbent.lease
-        try:
-            answer = self.session.call(
-                self.session.client.call, "/v3/lease/timetolive", api.time_to_live(lease)
-            )
-        except EtcdError:
-            return False
-        left, ttl = api.remaining(answer)
-        if left > ttl * (1 - 1 / KEEPALIVES_PER_TTL) - margin_for(ttl):
-            return False  # renewed lately: alive somewhere, and hung
-        deadline = waiter.now() + max(left, 0) + 1.0  # etcd rounds to whole seconds
-        while waiter.now() < deadline:
-            kv = self.session.holder(self.key)
-            if kv is None or kv.lease != lease:
-                return True
-            await waiter.sleep(_POLL)
-        return False
 
     async def watch(self, incumbent: Incumbent) -> None:
         """See :meth:`Backend.watch` (:mod:`highlander._shell.etcd_serving`)."""

@@ -27,6 +27,7 @@ from highlander._core import etcd_commit as rules
 from highlander._core.commit import Answer
 from highlander._core.errors import EtcdError
 from highlander._core.etcd_commit import Key, Verdict
+from highlander._core.lease import KEEPALIVES_PER_TTL, margin_for
 from highlander._core.messages import AckSuccession, Saved
 from highlander._etcd import api
 from highlander._etcd.claim import Held, commit, holder
@@ -37,7 +38,7 @@ from highlander._host.claim import Reign
 from highlander._host.event_log import Event, Outcome
 from highlander._host.waiting import Waiter
 from highlander._shell.client import Greeting
-from highlander._shell.etcd_backend import EtcdBackend, Opened
+from highlander._shell.etcd_backend import POLL, EtcdBackend, Opened
 from highlander._shell.handover import hear
 from highlander._shell.wire import send_message
 
@@ -115,10 +116,13 @@ async def fence(
     handoff: dict[str, Any] | None,
     *,
     saved: bool = False,
+    ceiling: bool = False,
 ) -> Reign | None:
     """Fence the reign ``opened`` spoke to out; the reign we then hold, or ``None``.
 
     ``saved``: after its SAVED (``handoff`` is its state): a succession still.
+    ``ceiling``: its save outran the ceiling: the fence lands even if its
+    stream moved on (more PROGRESS); only the end of its stream spares it.
     """
     stale = not saved
     session, settings = backend.session, backend.settings
@@ -138,7 +142,7 @@ async def fence(
     try:
         found = session.call(
             fence_out, session.client, backend.key, value, opened.incumbent, lease,
-            opened.channel.unread(), also,
+            opened.channel.unread()[1:] if ceiling else opened.channel.unread(), also,
         )  # fmt: skip
         if found is Key.OURS:
             settings.events.emit(Event.FENCED, peer_pid=incumbent.pid, generation=generation)
@@ -149,6 +153,15 @@ async def fence(
     else:
         if found is not Key.OURS:
             kv = None
+    if found is Key.OTHER:
+        # "Someone else's" to the fence's lease; but the incumbent's own move puts
+        # the key on our conversation's lease: it committed, and we missed the end of
+        # its stream in time.  Then the handoff is the state, and the key is ours.
+        mine, moved = _read(backend, opened, session.lease_kept().lease)
+        if mine is Key.OURS and moved is not None:
+            with contextlib.suppress(EtcdError):
+                session.call(keeper.revoke)
+            return _hold(backend, Held(moved.mod_revision, moved.lease, moved.value), handoff)
     verdict = rules.after_fence(found)
     if verdict is Verdict.COMMIT and kv is not None:
         held = Held(kv.mod_revision, lease, kv.value)
@@ -190,3 +203,31 @@ def _settle(
         return _hold(backend, moved, handoff, fenced=stale)
     session.adopt(fenced, keeper)  # it stays on the long lease: kept alive from now on
     return _hold(backend, fenced, handoff, fenced=stale)
+
+
+async def expires(backend: EtcdBackend, last: Opened, waiter: Waiter) -> bool:
+    """Whether the silent reign's lease, unrenewed for a keepalive period, ran out.
+
+    A live keeper renews every TTL/4, so a lease with less than 3/4 of
+    its TTL (and a margin) left has had no keepalive for a while: its
+    holder is dead or stopped, and the lease ends by itself sooner than
+    a fence's wait of a whole TTL.  Waiting for that takes nothing from
+    anyone; the key still there afterwards (renewed after all) is fenced.
+    """
+    lease = last.incumbent.lease
+    try:
+        answer = backend.session.call(
+            backend.session.client.call, "/v3/lease/timetolive", api.time_to_live(lease)
+        )
+    except EtcdError:
+        return False
+    left, ttl = api.remaining(answer)
+    if left > ttl * (1 - 1 / KEEPALIVES_PER_TTL) - margin_for(ttl):
+        return False  # renewed lately: alive somewhere, and hung
+    deadline = waiter.now() + max(left, 0) + 1.0  # etcd rounds to whole seconds
+    while waiter.now() < deadline:
+        kv = backend.session.holder(backend.key)
+        if kv is None or kv.lease != lease:
+            return True
+        await waiter.sleep(POLL)
+    return False

@@ -26,6 +26,7 @@ import os
 import time
 
 from highlander._core.connection import Closed
+from highlander._core.deadlines import Phase
 from highlander._core.errors import ForeignHolderError, HighlanderError, IncumbentUnreachableError
 from highlander._core.messages import Busy, Intent, Refused, Saved
 from highlander._core.patience import Look
@@ -152,7 +153,14 @@ async def _execute(
         check(waiter)  # a kill once begun runs to its end: never begin one out of time
         events.emit(Event.HUNG, peer_pid=found.target.pid, phase=decision.phase)
         why = f"missed {decision.phase}"
-        await backend.fence(found.target, settings, why, unlimited(waiter), halted=decision.halted)
+        await backend.fence(
+            found.target,
+            settings,
+            why,
+            unlimited(waiter),
+            halted=decision.halted,
+            ceiling=decision.phase == Phase.CEILING.value,
+        )
     elif isinstance(decision, EndUnreachable):
         from highlander._shell.unreachable import end_unreachable_holder  # noqa: PLC0415
 

@@ -84,12 +84,22 @@ class Backend(Protocol):
         """
 
     async def fence(
-        self, target: Expected, settings: Settings, why: str, waiter: Waiter, *, halted: bool
+        self,
+        target: Expected,
+        settings: Settings,
+        why: str,
+        waiter: Waiter,
+        *,
+        halted: bool,
+        ceiling: bool = False,
     ) -> bool:
         """Make the hung holder ``target`` unable to act as holder; ``True`` once it is.
 
         ``halted``: the verdict was taken while it was stopped (a backend
         that can see it run again spares it and returns ``False``).
+        ``ceiling``: its save outran the ceiling, so it is ended even while
+        it still reports progress (a backend that spares a holder that
+        answered after all must not spare this one).
         """
 
     async def watch(self, incumbent: Incumbent) -> None:

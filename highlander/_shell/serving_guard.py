@@ -185,8 +185,10 @@ async def step_down(
     events.emit(event, reason=reason, generation=reign.record.generation)
     # During a handover a successor shares the listener: its path stays.
     incumbent.close_listener(unlink=not incumbent.handed_over)
-    reign.lock.release()
+    # Told before the lock goes, as after a handover (highlander._shell.incumbent):
+    # over etcd a successor may already hold, and letting go may wait on the cluster.
     events.emit(Event.RELINQUISHED, outcome=outcome, generation=reign.record.generation)
+    reign.lock.release()
     try:
         await incumbent.deposed(outcome)
     finally:

@@ -6,7 +6,10 @@ applies to every client), with certificates made at test time.
 
 from __future__ import annotations
 
+import gc
+import socket
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -157,3 +160,40 @@ async def test_plain_http_to_a_tls_member_gets_nothing(tls_cluster: Cluster) -> 
     async with Client(parse(tls_cluster.backend, {}), timeout=0.5) as client:
         with pytest.raises(EtcdUnavailableError):
             await client.call("/v3/kv/range", api.get(PREFIX), budget=1.0)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_handshake_cut_short_by_the_budget_leaves_no_socket_open(pki: Pki, backend: str) -> None:
+    # A member that accepts and never says a word of TLS: each handshake is
+    # still running when the call's budget (not httpx's timeout) ends it.
+    mute = socket.create_server(("127.0.0.1", 0), backlog=64)
+    accepted: list[socket.socket] = []
+    port = mute.getsockname()[1]
+
+    async def main() -> None:
+        target = parse(f"etcds://127.0.0.1:{port}", _environ(pki))
+        async with Client(target, timeout=30.0) as client:
+            for _ in range(3):
+                with pytest.raises(EtcdUnavailableError):
+                    await client.call("/v3/kv/range", api.get(PREFIX), budget=0.3)
+                accepted.append(mute.accept()[0])
+
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResourceWarning)
+            anyio.run(main, backend=backend)
+            gc.collect()
+        leaked = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+        assert not leaked, leaked
+        # Each handshake's socket was closed by the client: its end reads EOF.
+        for peer in accepted:
+            peer.settimeout(5.0)
+            for _ in range(64):  # the ClientHello, then the end of the stream
+                if peer.recv(4096) == b"":
+                    break
+            else:
+                raise AssertionError("the client never closed its end")
+    finally:
+        for peer in accepted:
+            peer.close()
+        mute.close()
