@@ -55,6 +55,17 @@ class Fresh(Setback):
     generation: int
 
 
+class Unseen(Setback):
+    """A silent holder nothing here can look at (another host), its claim still kept alive.
+
+    No kernel shows whether it is working or hung, and a loaded machine or
+    cluster makes a healthy holder late: like :class:`Fresh`, it gets one
+    more connection per generation (the same pardon) before it counts as hung.
+    """
+
+    generation: int
+
+
 class Starved(Setback):
     """The holder missed HELLO but the kernel says it was working (a loaded machine).
 
@@ -193,7 +204,7 @@ class Policy:
         return decision
 
     def _decide(self, found: Setback, look: Look) -> Action:
-        if isinstance(found, Fresh | Starved):
+        if isinstance(found, Fresh | Unseen | Starved):
             return self._pardon(found, look)
         if isinstance(found, Impostor | Transition):
             return self._suspect(found, look)
@@ -247,7 +258,7 @@ class Policy:
         patience.reset()
         return EndUnreachable(queue_full, seen)
 
-    def _pardon(self, silent: Fresh | Starved, look: Look) -> Signal | Backoff:
+    def _pardon(self, silent: Fresh | Unseen | Starved, look: Look) -> Signal | Backoff:
         """A silent holder that may be fine gets another chance (bounded): try again soon."""
         if isinstance(silent, Starved):
             if not self.busy.spares(self.timeouts.ceiling, look):

@@ -251,6 +251,26 @@ def claim_counted(
     return body
 
 
+#: What a reign that let go by a release adds to its generation in the counter key.
+RELEASED = b" released"
+
+
+def mark_released(key: bytes, token: int, counter: bytes, generation: int) -> Json:
+    """``/v3/kv/txn``: record in ``counter`` that reign ``generation`` let go by a release.
+
+    Only while the holder key is still that reign's write (mod revision
+    ``token``) and the counter still counts it, so a reign that was moved
+    on, fenced or outlived never marks a later one.  The next claim then
+    knows its predecessor left cleanly (``claimed_free``, not ``claimed_stale``).
+    """
+    count = str(generation).encode()
+    compare = [
+        {"key": b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": str(token)},
+        {"key": b64(counter), "target": "VALUE", "result": "EQUAL", "value": b64(count)},
+    ]
+    return {"compare": compare, "success": [_put(counter, count + RELEASED)], "failure": []}
+
+
 def _put(key: bytes, value: bytes) -> Json:
     return {"request_put": {"key": b64(key), "value": b64(value)}}
 

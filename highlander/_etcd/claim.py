@@ -35,6 +35,9 @@ class Held:
     token: int
     lease: int
     value: bytes
+    #: Claimed after a reign that neither handed over nor let go by a release
+    #: (it died, was fenced, or its lease ran out): ``claimed_stale``.
+    stale: bool = False
 
 
 async def claim(client: Client, key: bytes, value: bytes, lease: int) -> Held | api.KeyValue:
@@ -65,8 +68,8 @@ def count_of(kv: api.KeyValue | None) -> int:
     if kv is None:
         return 0
     try:
-        return max(0, int(kv.value))
-    except ValueError:
+        return max(0, int(kv.value.split(maxsplit=1)[0]))
+    except (ValueError, IndexError):
         return 0  # damaged: the claim's compare on its revision still keeps reigns apart
 
 
@@ -84,15 +87,22 @@ async def claim_reign(
         _, kvs = api.got(await client.call("/v3/kv/range", api.get(counter)))
         last = count_of(kvs[0] if kvs else None)
         mod = kvs[0].mod_revision if kvs else 0
+        stale = last > 0 and not kvs[0].value.endswith(api.RELEASED)
         body = api.claim_counted(key, value_for(last + 1), lease, counter, mod, last + 1)
         answer = api.txn(await client.call("/v3/kv/txn", body))
         if not answer.kvs:
             continue  # no holder, but the counter moved (or the key went): again
         kv = answer.kvs[0]
         if answer.succeeded or kv.lease == lease:
-            return Held(kv.mod_revision, lease, kv.value)
+            return Held(kv.mod_revision, lease, kv.value, stale)
         return kv
     raise api.MalformedAnswer(f"the holder key {key!r} kept changing during the claim")
+
+
+async def mark_released(client: Client, key: bytes, held: Held, generation: int) -> None:
+    """Record that reign ``generation`` (``held``) lets go by a release (``api.mark_released``)."""
+    body = api.mark_released(key, held.token, counter_key(key), generation)
+    await client.call("/v3/kv/txn", body, budget=1.0)
 
 
 async def commit(

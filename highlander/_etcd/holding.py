@@ -23,6 +23,7 @@ import anyio
 
 from highlander._etcd import api
 from highlander._etcd.channel import Channel, accept_channel, bridge, incoming
+from highlander._etcd.claim import mark_released
 from highlander._etcd.session import Session
 from highlander._host.claim import ProjectLock
 from highlander._host.listener import BACKLOG, Listener
@@ -38,9 +39,15 @@ class LeaseLock(ProjectLock):
     pid is not the session's), and closing nothing in it is all it needs.
     """
 
-    def __init__(self, session: Session) -> None:  # no descriptor: nothing to register
-        self.fd = -1
+    def __init__(self, session: Session, key: bytes, generation: int) -> None:
+        """The reign ``generation`` of the holder ``key`` on ``session``'s lease."""
+        self.fd = -1  # no descriptor: nothing to register with the fork handler
+        self.forked = False
         self.session = session
+        self.key = key
+        self.generation = generation
+        #: Set once the commit moved the key to a successor: a handover, not a release.
+        self.moved = False
         self._pid = os.getpid()
         self._released = False
 
@@ -59,8 +66,15 @@ class LeaseLock(ProjectLock):
         if self._released or os.getpid() != self._pid:
             return
         self._released = True
-        keeper = self.session.keeper
-        self.session.close(revoke=keeper is not None and keeper.holds())
+        keeper, held = self.session.keeper, self.session.held
+        alive = keeper is not None and keeper.holds()
+        if alive and held is not None and not self.moved:
+            # Left in the counter for the next claim (``claimed_free``); a handover
+            # skips it, so the successor's start waits for no extra request.
+            with contextlib.suppress(Exception):  # unmarked, the next claim says stale
+                session = self.session
+                session.call(mark_released, session.client, self.key, held, self.generation)
+        self.session.close(revoke=alive)
 
 
 def private_listener() -> Listener:

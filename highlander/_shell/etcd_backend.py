@@ -38,7 +38,7 @@ from highlander._host.record import HolderRecord
 from highlander._host.settings import Settings
 from highlander._host.waiting import Waiter
 from highlander._shell.client import Greeting, Silent
-from highlander._shell.setbacks import HolderFresh, HolderMissed, HolderStarved
+from highlander._shell.setbacks import HolderFresh, HolderMissed, HolderStarved, HolderUnseen
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ class EtcdBackend:
             self.session.lease_kept(renew=True)  # our lease is gone (etcd says): a new one
             result = attempt()
         if isinstance(result, Held):
-            stale, self.stale = self.stale, False
+            stale, self.stale = self.stale or result.stale, False
             return self.reign(
                 result, Outcome.CLAIMED_STALE if stale else Outcome.CLAIMED_FREE, None
             )
@@ -137,7 +137,8 @@ class EtcdBackend:
         value = HolderValue.decode(held.value)
         assert value is not None  # we wrote it: this process, as the reign names it
         record = _record(value, self.settings, cmdline(value.pid))
-        reign = Reign(LeaseLock(self.session), private_listener(), record, handoff, outcome)
+        lock = LeaseLock(self.session, self.key, value.generation)
+        reign = Reign(lock, private_listener(), record, handoff, outcome)
         self.settings.events.emit(Event.CLAIMED, outcome=outcome, generation=value.generation)
         return reign
 
@@ -275,11 +276,19 @@ class EtcdBackend:
         holder = last.holder
         if holder.since_ms > int(time.time() * 1000):
             return Leaving(holder.pid)  # a fencer waiting out its fence: it serves soon
+        return self._unanswered(holder, greeting, connected_ms)
+
+    def _unanswered(self, holder: HolderValue, greeting: Silent, connected_ms: int) -> Setback:
+        """The reign we spoke to sent no HELLO: why it may be fine, or that it missed it."""
         target = Expected(holder.pid, holder.start_time, holder.exe, holder.uid, holder.boot_id)
         if holder.since_ms >= connected_ms:
             return HolderFresh(holder.generation, target=target)
         if greeting.busy:
             return HolderStarved(target=target)
+        if not self._local(holder):
+            # On another host: no kernel here shows whether it works (a loaded
+            # host or cluster) or hangs; a dead one's lease runs out meanwhile.
+            return HolderUnseen(holder.generation, target=target)
         return HolderMissed("hello", greeting.halted, target=target)
 
     async def await_exit(self, settings: Settings, pid: int, within: float, waiter: Waiter) -> None:

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from highlander._core.etcd_commit import Then
 from highlander._etcd.handover import incumbent_moves
-from highlander._etcd.holding import let_in
+from highlander._etcd.holding import LeaseLock, let_in
 from highlander._etcd.session import HolderValue
 from highlander._host.event_log import Event, Outcome
 from highlander._shell.etcd_backend import EtcdBackend
@@ -75,6 +75,9 @@ async def commit(backend: EtcdBackend, incumbent: Incumbent, sock: socket.socket
         incoming.opening.lease, session.holds, also,
     )  # fmt: skip
     if then is Then.DEPOSED:
+        lock = incumbent.reign.lock
+        if isinstance(lock, LeaseLock):
+            lock.moved = True  # a handover: nothing to mark at the release
         return True
     if then is Then.STEP_DOWN:
         await lease_lost(incumbent, "etcd did not settle the commit within the lease bound")

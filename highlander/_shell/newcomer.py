@@ -61,7 +61,7 @@ from highlander._shell.client import Greeting, Mismatch, QueueFull, Silent, gree
 from highlander._shell.live import SaveEcho
 from highlander._shell.one_claim import claimed_twice
 from highlander._shell.save_request import refusal_error, request_save
-from highlander._shell.setbacks import HolderFresh, HolderMissed, HolderStarved
+from highlander._shell.setbacks import HolderFresh, HolderMissed, HolderStarved, HolderUnseen
 from highlander._shell.time_limit import OutOfTime, TimeLimit, check, out_of_time, unlimited
 from highlander._shell.wire import Overdue, close_fds
 
@@ -128,7 +128,7 @@ async def _acquire(
             decision = policy.settle(found, look)
         await _execute(settings, waiter, found, decision, look, backend)
     raise IncumbentUnreachableError(  # pragma: no cover - every attempt is bounded
-        f"gave up after {MAX_ATTEMPTS} attempts to hold {settings.paths.socket}"
+        f"gave up after {MAX_ATTEMPTS} attempts to hold {backend.place(settings)}"
     )
 
 
@@ -149,7 +149,7 @@ async def _execute(
     elif isinstance(decision, AwaitExit):
         await backend.await_exit(settings, decision.pid, decision.within, waiter)
     elif isinstance(decision, Signal):
-        assert isinstance(found, HolderMissed | HolderFresh | HolderStarved)
+        assert isinstance(found, HolderMissed | HolderFresh | HolderStarved | HolderUnseen)
         check(waiter)  # a kill once begun runs to its end: never begin one out of time
         events.emit(Event.HUNG, peer_pid=found.target.pid, phase=decision.phase)
         why = f"missed {decision.phase}"
@@ -168,12 +168,12 @@ async def _execute(
             settings, waiter, queue_full=decision.queue_full, seen=decision.seen
         )
     elif isinstance(decision, GiveUp):
-        raise _give_up(settings, found, look)
+        raise _give_up(settings, found, look, backend)
 
 
-def _give_up(settings: Settings, found: Setback, look: Look) -> HighlanderError:
+def _give_up(settings: Settings, found: Setback, look: Look, backend: Backend) -> HighlanderError:
     """The error that ends the wait on ``found`` (see :class:`~highlander._core.policy.Why`)."""
-    socket = settings.paths.socket
+    socket = backend.place(settings)
     if isinstance(found, Impostor):
         settings.events.emit(Event.IDENTITY_MISMATCH, peer_pid=found.pid, reason=found.problem)
         return ForeignHolderError(

@@ -7,7 +7,7 @@ of :mod:`highlander._host.termination`; over etcd the holder's reign).
 
 from __future__ import annotations
 
-from highlander._core.policy import Fresh, Missed, Starved
+from highlander._core.policy import Fresh, Missed, Starved, Unseen
 from highlander._host.identity import Expected
 
 
@@ -25,5 +25,11 @@ class HolderFresh(Fresh):
 
 class HolderStarved(Starved):
     """A silent holder the kernel showed working (a loaded machine), and who it is."""
+
+    target: Expected
+
+
+class HolderUnseen(Unseen):
+    """A silent holder on another host whose claim is kept alive, and who it is."""
 
     target: Expected

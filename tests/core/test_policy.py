@@ -36,6 +36,7 @@ from highlander._core.policy import (
     Signal,
     Starved,
     Transition,
+    Unseen,
     Why,
 )
 from tests.support.core import CORE_TIMEOUTS, FakeClock
@@ -110,6 +111,18 @@ def test_a_fresh_holder_gets_one_more_connection_per_generation(
     assert policy.settle(Fresh(7), seen(clock)) == Backoff(FIRST_DELAY)
     assert policy.settle(Fresh(7), seen(clock)) == Signal("hello")
     assert isinstance(policy.settle(Fresh(8), seen(clock)), Backoff)
+
+
+def test_a_holder_nobody_can_look_at_gets_the_same_one_pardon_per_generation(
+    policy: Policy, clock: FakeClock
+) -> None:
+    # On another host: one more connection, then it counts as hung (a fence).
+    assert policy.settle(Unseen(7), seen(clock)) == Backoff(FIRST_DELAY)
+    assert policy.settle(Unseen(7), seen(clock)) == Signal("hello")
+    # The pardon is the generation's, however it was earned.
+    assert isinstance(policy.settle(Fresh(8), seen(clock)), Backoff)
+    assert policy.settle(Unseen(8), seen(clock)) == Signal("hello")
+    assert isinstance(policy.settle(Unseen(9), seen(clock)), Backoff)
 
 
 def test_a_starved_holder_is_spared_while_it_uses_little_cpu(

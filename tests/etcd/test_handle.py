@@ -57,7 +57,7 @@ class Hosts:
         cfg.setdefault("timeouts", FAST)
         return self.kids.start(env, **cfg)
 
-    def events(self, kind: str) -> list[dict[str, Any]]:
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
         return self.kids.events(kind)
 
 
@@ -106,6 +106,21 @@ def test_a_newcomer_on_another_host_takes_over_with_the_handoff(hosts: Hosts) ->
     assert_no_overlap(hosts.kids.reigns())
     acked = hosts.events("acked")
     assert [e["pid"] for e in acked] == [first.pid]
+
+
+def test_a_claim_after_a_release_is_free_and_after_a_death_stale(hosts: Hosts) -> None:
+    first = hosts.start("h1", hold=0.2)
+    first.wait_for("ready")
+    assert first.finish(SETTLE)[0] == 0  # it let go by a release (at exit)
+    second = hosts.start("h2")
+    report = second.wait_for("ready", timeout=SETTLE)
+    # The counter still counts the reign, and says it ended by a release.
+    assert (report["outcome"], report["generation"]) == ("claimed_free", 2), report
+    second.proc.kill()
+    second.proc.wait(timeout=SETTLE)
+    third = hosts.start("h3")
+    report = third.wait_for("ready", timeout=SETTLE)
+    assert (report["outcome"], report["generation"]) == ("claimed_stale", 3), report
 
 
 def test_a_stopped_holder_never_acts_after_its_successor_began(
@@ -195,7 +210,10 @@ def test_a_storm_of_newcomers_on_several_hosts_ends_with_one_holder(
     storm = [hosts.start(f"h{1 + n % 4}", **watched) for n in range(32)]
     survivor = wait_until_one_left([first, *storm], timeout=240)
     if not any(report.get("event") == "ready" for report in survivor.heard):
-        survivor.wait_for("ready", timeout=SETTLE)  # its predecessor left the moment it held
+        try:
+            survivor.wait_for("ready", timeout=SETTLE)  # its predecessor left the moment it held
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{_story(hosts, [first, *storm])}") from None
     reigns = hosts.kids.reigns()
     # The guarantee: never two processes passing check_current() at once.
     _assert_no_two_passes_at_once(checks)
@@ -210,6 +228,18 @@ def test_a_storm_of_newcomers_on_several_hosts_ends_with_one_holder(
     for child in [first, *storm]:
         if child is not survivor:
             assert child.finish(SETTLE)[0] in (0, 1)  # deposed, or refused (thrash): not killed
+
+
+def _story(hosts: Hosts, children: list[Child]) -> str:
+    """How every child ended and the project's decisions, for a failure's message."""
+    keys = ("ts", "pid", "event", "outcome", "peer_pid", "reason", "phase", "generation")
+    lines = [f"pid {c.pid}: exit {c.proc.poll()}" for c in children]
+    lines += [
+        " ".join(f"{k}={e[k]}" for k in keys if k in e)
+        for e in hosts.events()
+        if e["event"] not in ("hello", "busy")
+    ]
+    return "\n".join(lines)
 
 
 def test_observe_runs_beside_the_holder_without_asking_anything(hosts: Hosts) -> None:
