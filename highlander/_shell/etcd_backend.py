@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from highlander._core.errors import ConfigurationError, EtcdError, ForeignHolderError
 from highlander._core.messages import Hello, Saved
 from highlander._core.patience import Look
-from highlander._core.policy import Changed, Leaving, Setback
+from highlander._core.policy import Setback
 from highlander._etcd import api
 from highlander._etcd.channel import Channel, bridge, open_channel
 from highlander._etcd.claim import Held, counter_key
@@ -38,7 +38,6 @@ from highlander._host.record import HolderRecord
 from highlander._host.settings import Settings
 from highlander._host.waiting import Waiter
 from highlander._shell.client import Greeting, Silent
-from highlander._shell.setbacks import HolderFresh, HolderMissed, HolderStarved, HolderUnseen
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
@@ -159,9 +158,9 @@ class EtcdBackend:
 
     def _same_host(self, pid: int) -> bool:
         last = self.last
-        return last is not None and last.holder.pid == pid and self._local(last.holder)
+        return last is not None and last.holder.pid == pid and self.local(last.holder)
 
-    def _local(self, value: HolderValue) -> bool:
+    def local(self, value: HolderValue) -> bool:
         """Whether ``value``'s process runs under this kernel (same host, same boot)."""
         return value.host == self.me.host and value.boot_id == self.me.boot_id
 
@@ -231,7 +230,7 @@ class EtcdBackend:
         # access control are what keep others out (docs/threat-model.md).
         from highlander._host.identity import process_identity  # noqa: PLC0415
 
-        if not self._local(value):
+        if not self.local(value):
             return PeerCredentials(value.pid, os.geteuid(), -1)
         actual = process_identity(value.pid)
         if actual is None or actual.start_time != value.start_time:
@@ -242,7 +241,7 @@ class EtcdBackend:
     def sees(self, sock: socket.socket) -> bool:
         """See :meth:`Backend.sees`: only a peer on this host and boot."""
         opened = self._opened.get(sock)
-        return opened is not None and self._local(opened.holder)
+        return opened is not None and self.local(opened.holder)
 
     def hello_problem(
         self, settings: Settings, hello: Hello, sock: socket.socket, pid: int
@@ -256,45 +255,29 @@ class EtcdBackend:
                 f"HELLO names pid {hello.pid} of generation {hello.generation}, but the holder "
                 f"key names pid {holder.pid} of generation {holder.generation} on {holder.host}"
             )
-        if self._local(holder):
+        if self.local(holder):
             from highlander._shell.client import hello_problem  # noqa: PLC0415
 
             return hello_problem(settings, hello, pid)
         return None
 
     def silent(self, settings: Settings, greeting: Silent, connected_ms: int) -> Setback:
-        """See :meth:`Backend.silent`: the reign we opened to, unless it changed since."""
-        last = self.last
-        if greeting.closed or last is None:
-            return Changed()
-        kv = self.session.holder(self.key)
-        if kv is None or (kv.mod_revision, kv.lease) != (
-            last.incumbent.token,
-            last.incumbent.lease,
-        ):
-            return Changed()  # the reign we spoke to is over: the next attempt meets the new one
-        holder = last.holder
-        if holder.since_ms > int(time.time() * 1000):
-            return Leaving(holder.pid)  # a fencer waiting out its fence: it serves soon
-        return self._unanswered(holder, greeting, connected_ms)
+        """See :meth:`Backend.silent` (:mod:`highlander._shell.etcd_silent`)."""
+        from highlander._shell.etcd_silent import silent  # noqa: PLC0415 - a silent holder is rare
 
-    def _unanswered(self, holder: HolderValue, greeting: Silent, connected_ms: int) -> Setback:
-        """The reign we spoke to sent no HELLO: why it may be fine, or that it missed it."""
-        target = Expected(holder.pid, holder.start_time, holder.exe, holder.uid, holder.boot_id)
-        if holder.since_ms >= connected_ms:
-            return HolderFresh(holder.generation, target=target)
-        if greeting.busy:
-            return HolderStarved(target=target)
-        if not self._local(holder):
-            # On another host: no kernel here shows whether it works (a loaded
-            # host or cluster) or hangs; a dead one's lease runs out meanwhile.
-            return HolderUnseen(holder.generation, target=target)
-        return HolderMissed("hello", greeting.halted, target=target)
+        return silent(self, greeting, connected_ms)
 
     async def await_exit(self, settings: Settings, pid: int, within: float, waiter: Waiter) -> None:
-        """See :meth:`Backend.await_exit`: until the holder key changes, polled."""
+        """See :meth:`Backend.await_exit`: until the holder key changes, polled.
+
+        Or until the reign it names begins (a successor or a fencer settling in,
+        whose ``since_ms`` lies ahead): then it is asked again.
+        """
         last = self.last
         deadline = waiter.now() + within
+        if last is not None:
+            begins = last.holder.since_ms / 1000 - time.time()
+            deadline = min(deadline, waiter.now() + max(begins, 0.0) + POLL)
         while waiter.now() < deadline:
             kv = self.session.holder(self.key)
             if last is None or kv is None or kv.mod_revision != last.incumbent.token:

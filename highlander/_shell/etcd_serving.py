@@ -68,7 +68,15 @@ async def commit(backend: EtcdBackend, incumbent: Incumbent, sock: socket.socket
     now = int(time.time() * 1000)
     history = incumbent.settings.thrash.recent([*record.successions_ms, now], now)
     generation = record.generation + 1
-    value = replace(successor, generation=generation, since_ms=now, successions_ms=tuple(history))
+    # The successor's reign begins once it has heard the end of our stream (its
+    # exit deadline) and started serving (a HELLO's time): until then the key
+    # names a process that cannot answer yet, and a third newcomer that meets
+    # it waits (``EtcdBackend.silent``: Leaving) instead of fencing the state away.
+    timeouts = incumbent.settings.timeouts
+    begins = now + int((timeouts.exit_grace + timeouts.hello) * 1000)
+    value = replace(
+        successor, generation=generation, since_ms=begins, successions_ms=tuple(history)
+    )
     also = ((backend.counter, str(generation).encode()),)
     then = await incumbent.runtime.to_thread(
         session.call, incumbent_moves, session.client, backend.key, value.encode(), held,

@@ -25,7 +25,7 @@ from typing import Any
 
 from highlander._core import etcd_commit as rules
 from highlander._core.commit import Answer
-from highlander._core.errors import EtcdError
+from highlander._core.errors import EtcdError, LocalProtocolError
 from highlander._core.etcd_commit import Key, Verdict
 from highlander._core.lease import KEEPALIVES_PER_TTL, margin_for
 from highlander._core.messages import AckSuccession, Saved
@@ -59,10 +59,19 @@ async def conclude(
     answer = await hear(settings, greeting, answer)
     if answer is Answer.SILENT:
         settings.events.emit(Event.HUNG, peer_pid=greeting.peer.pid, phase="exit")
-        return await fence(backend, opened, greeting.waiter, saved.handoff, saved=True)
+        committed = _committed(backend, opened)
+        if committed is None:
+            return await fence(backend, opened, greeting.waiter, saved.handoff, saved=True)
+        # It moved the key to us (the commit) and acts as holder no more, but has
+        # not ended its stream yet (a loaded host): one more exit deadline for it
+        # to say so (``relinquished`` before we begin), then we hold regardless.
+        greeting.conn.spare(greeting.waiter.now())
+        with contextlib.suppress(LocalProtocolError):  # its end was heard already
+            await hear(settings, greeting, Answer.SILENT)
+        return _hold(backend, committed, saved.handoff)
     if answer is Answer.REFUSED:
         return None
-    key, kv = _read(backend, opened, backend.session.lease_kept().lease)
+    key, kv = _read(backend, opened, _kept(backend, opened))
     verdict = rules.newcomer_decides(answer, key)
     if verdict is Verdict.COMMIT:
         assert kv is not None
@@ -71,6 +80,28 @@ async def conclude(
         return _claim(backend, saved.handoff)
     settings.events.emit(Event.HANDOVER_ABORTED, peer_pid=greeting.peer.pid, reason=key.name)
     return None
+
+
+def _kept(backend: EtcdBackend, opened: Opened) -> int:
+    """The lease our conversation rides on, while this session still keeps it (else -1).
+
+    The incumbent's move puts the key on that lease; a lease this session gave
+    up meanwhile (past its bound: replaced) will end, and the key with it.
+    """
+    keeper = backend.session.keeper
+    lease = opened.channel.lease
+    return lease if keeper is not None and keeper.lease == lease and keeper.holds() else -1
+
+
+def _committed(backend: EtcdBackend, opened: Opened) -> Held | None:
+    """The key as we would hold it, if the incumbent's move put it on our kept lease."""
+    try:
+        key, kv = _read(backend, opened, _kept(backend, opened))
+    except EtcdError:
+        return None  # unsettled: the fence's own reads decide
+    if key is not Key.OURS or kv is None:
+        return None
+    return Held(kv.mod_revision, kv.lease, kv.value)
 
 
 def _read(backend: EtcdBackend, opened: Opened, lease: int) -> tuple[Key, api.KeyValue | None]:
@@ -155,13 +186,13 @@ async def fence(
             kv = None
     if found is Key.OTHER:
         # "Someone else's" to the fence's lease; but the incumbent's own move puts
-        # the key on our conversation's lease: it committed, and we missed the end of
-        # its stream in time.  Then the handoff is the state, and the key is ours.
-        mine, moved = _read(backend, opened, session.lease_kept().lease)
-        if mine is Key.OURS and moved is not None:
+        # the key on our conversation's lease: it committed just now.  Then the
+        # handoff is the state, and the key is ours.
+        committed = _committed(backend, opened)
+        if committed is not None:
             with contextlib.suppress(EtcdError):
                 session.call(keeper.revoke)
-            return _hold(backend, Held(moved.mod_revision, moved.lease, moved.value), handoff)
+            return _hold(backend, committed, handoff)
     verdict = rules.after_fence(found)
     if verdict is Verdict.COMMIT and kv is not None:
         held = Held(kv.mod_revision, lease, kv.value)

@@ -10,7 +10,10 @@ and tells it two things only the etcd run knows:
   ``fenced`` (its key moved off its lease, the lease revoked) or that logged
   ``lease_lost`` had no handover out: the next reign starts without its
   state, counted apart (``reset_lease``), not as a lost handoff.  A reign
-  that did hand over (``acked``) is judged as on one machine.
+  that did hand over (``acked``) is judged as on one machine, except when
+  the successor it acknowledged was stopped by the harness and fenced before
+  it held: the state was in that process only, as when it is SIGKILLed on
+  one machine (a successor fenced while it ran stays a lost handoff).
 * **When a stopped holder stopped acting.**  A holder on another host is
   never signalled: stopped by the harness, it stays stopped until the
   settling resumes it, its witness interval open.  If it never *began* a
@@ -76,7 +79,7 @@ def host(proc: Proc | None) -> str | None:
 
 
 def lease_evidence(
-    checks: list[CheckLine],
+    checks: list[CheckLine], clock: list[tuple[float, int]]
 ) -> Callable[[Who, list[dict[str, Any]], Findings], None]:
     """The judge's ``backend`` hook for an etcd run (see the module docstring)."""
 
@@ -84,9 +87,12 @@ def lease_evidence(
         reign_of = {id(r.proc): r for r in found.reigns if r.proc is not None}
         for e in events:
             if e["event"] == "fenced":
-                target = reign_of.get(id(who.at_wall(e.get("peer_pid", -1), e["ts"])))
+                proc = who.at_wall(e.get("peer_pid", -1), e["ts"])
+                target = reign_of.get(id(proc))
                 if target is not None:
                     target.lease_ended = "fenced"
+                elif proc is not None:
+                    _successor_fenced(proc, to_monotonic(e["ts"], clock), found)
             elif e["event"] == "lease_lost":
                 own = reign_of.get(id(who.at_wall(e["pid"], e["ts"])))
                 if own is not None and own.lease_ended is None:
@@ -100,6 +106,23 @@ def lease_evidence(
             _cut_at_stop(reign, last_pass)
 
     return hook
+
+
+def _successor_fenced(proc: Proc, at: float, found: Findings) -> None:
+    """A fence of an acknowledged successor the harness had stopped before it held.
+
+    The state was in that stopped process only (the move put the key on its
+    lease, its predecessor had left): across hosts nobody can wait for it, and
+    the fence is the designed answer, as a verified kill of a stopped holder is
+    on one machine.  Its predecessor's reign then ended without a handover the
+    next reign could take, counted apart; a successor fenced while it ran is
+    not excused (a lost handoff).
+    """
+    if not proc.stopped_during(at - WINDOW_NS, at):
+        return
+    for reign in found.reigns:
+        if reign.successor is proc and reign.lease_ended is None:
+            reign.lease_ended = "its successor, stopped, fenced before it held"
 
 
 def _cut_at_stop(reign: Reign, last_pass: dict[int, int]) -> None:

@@ -116,7 +116,7 @@ def verdict(evidence: Evidence, facts: Facts) -> EtcdReport:
         saves=ev.saves,
         end_ns=facts.ended_ns,
         checks=ev.checks,
-        backend=lease_evidence(ev.checks),
+        backend=lease_evidence(ev.checks, ev.clock),
         wedge_bound=wedge_bound(facts.ttl),
     )
     final = next((p for p in ev.procs if p.role == "child" and p.pid == facts.final_pid), None)

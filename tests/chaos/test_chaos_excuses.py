@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from scripts.chaos.check import judge
+from scripts.chaos.etcd_check import lease_evidence
 from scripts.chaos.findings import Findings
 from scripts.chaos.log import Witness
 from scripts.chaos.schedule import TIMEOUTS
@@ -144,3 +145,39 @@ def _kill(by: int, target: Any, at: int) -> dict[str, Any]:
         "start_time": target.start_time,
         "signal": "SIGKILL",
     }
+
+
+def _successor_fenced(stopped: bool) -> Findings:
+    """101 saves and hands over to 103 (acked), which the harness may stop before it
+    holds; 104 fences 103 and claims the project afresh (over etcd)."""
+    old = _proc(101, spawn=0, exit_=9 * SECOND, rc=0, ready={"counter": 3})
+    successor = _proc(103, spawn=SECOND, exit_=9 * SECOND, rc=0, ready=None)
+    fencer = _proc(104, spawn=2 * SECOND, exit_=9 * SECOND, rc=0, ready={"counter": 1})
+    if stopped:
+        successor.signals.append(("SIGSTOP", int(2.1 * SECOND), int(2.1 * SECOND) + 1000))
+    events: list[dict[str, Any]] = [
+        _claimed(101, 1 * SECOND, 1, "claimed_free"),
+        {"ts": 2.0, "event": "saved", "pid": 101, "peer_pid": 103},
+        {"ts": 2.2, "event": "acked", "pid": 101, "peer_pid": 103},
+        _relinquished(101, int(2.2 * SECOND)),
+        {"ts": 3.0, "event": "fenced", "pid": 104, "peer_pid": 103, "generation": 3},
+        _claimed(104, 6 * SECOND, 3, "claimed_stale"),
+    ]
+    witness = [
+        Witness("acquire", 101, 1, 1 * SECOND),
+        Witness("release", 101, 1, int(2.3 * SECOND)),
+        Witness("acquire", 104, 3, int(6.1 * SECOND)),
+    ]
+    clock = [(0.0, 0)]
+    hook = lease_evidence([], clock)
+    return judge([old, successor, fencer], events, witness, clock, backend=hook)
+
+
+def test_a_successor_stopped_before_it_held_and_fenced_takes_the_state_with_it() -> None:
+    # Stopped by the harness: the state was in that process only (as when it is killed).
+    found = _successor_fenced(stopped=True)
+    assert found.lost_handoffs == []
+    assert sum(found.reset_lease.values()) == 1
+    # Fenced while it ran: nothing excuses the loss.
+    found = _successor_fenced(stopped=False)
+    assert len(found.lost_handoffs) == 1, found.lost_handoffs
