@@ -204,20 +204,13 @@ def remaining(answer: Json) -> tuple[int, int]:
     return integer(answer.get("TTL")), integer(answer.get("grantedTTL"))
 
 
-def get(
-    key: bytes, *, prefix: bool = False, serializable: bool = False, keys_only: bool = False
-) -> Json:
-    """``/v3/kv/range``: ``key`` (or every key under it); linearizable unless ``serializable``.
-
-    ``keys_only``: without the values (a key's revisions and lease still come).
-    """
+def get(key: bytes, *, prefix: bool = False, serializable: bool = False) -> Json:
+    """``/v3/kv/range``: ``key`` (or every key under it); linearizable unless ``serializable``."""
     body: Json = {"key": b64(key)}
     if prefix:
         body["range_end"] = b64(prefix_end(key))
     if serializable:
         body["serializable"] = True
-    if keys_only:
-        body["keys_only"] = True
     return body
 
 

@@ -263,7 +263,7 @@ class EtcdBackend:
 
     def silent(self, settings: Settings, greeting: Silent, connected_ms: int) -> Setback:
         """See :meth:`Backend.silent` (:mod:`highlander._shell.etcd_silent`)."""
-        from highlander._shell.etcd_silent import silent  # noqa: PLC0415 - a silent holder is rare
+        from highlander._shell.etcd_silent import silent  # noqa: PLC0415 - rare
 
         return silent(self, greeting, connected_ms)
 
