@@ -85,6 +85,9 @@ class EtcdBackend:
         self.last: Opened | None = None
         #: The last reign's lease ran out under our eyes: the next claim is a stale one.
         self.stale = False
+        #: The generation and handoff of a reign that sent us SAVED, while no
+        #: conclusion settled it: a claim that begins the very next reign carries it.
+        self.saved: tuple[int, dict[str, object] | None] | None = None
         self._channel_key: bytes | None = None
 
     # -- claim, holder, look ------------------------------------------------------------
@@ -110,6 +113,12 @@ class EtcdBackend:
             result = attempt()
         if isinstance(result, Held):
             stale, self.stale = self.stale or result.stale, False
+            saved, self.saved = self.saved, None
+            if saved is not None:
+                from highlander._shell.etcd_takeover import moved_to_us  # noqa: PLC0415
+
+                if moved_to_us(self, result, since, saved[0]):
+                    return self.reign(result, Outcome.SUCCEEDED, saved[1])
             return self.reign(
                 result, Outcome.CLAIMED_STALE if stale else Outcome.CLAIMED_FREE, None
             )
@@ -292,7 +301,12 @@ class EtcdBackend:
         """See :meth:`Backend.conclude` (:mod:`highlander._shell.etcd_takeover`)."""
         from highlander._shell.etcd_takeover import conclude  # noqa: PLC0415
 
-        return await conclude(self, greeting, saved, self._opened[greeting.sock])
+        opened = self._opened[greeting.sock]
+        self.saved = (opened.holder.generation, saved.handoff)
+        reign = await conclude(self, greeting, saved, opened)
+        if reign is not None:
+            self.saved = None
+        return reign
 
     def descriptors(self, reign: Reign) -> list[int]:
         """See :meth:`Backend.descriptors`: nothing (the commit moves the key instead)."""

@@ -104,6 +104,20 @@ def _committed(backend: EtcdBackend, opened: Opened) -> Held | None:
     return Held(kv.mod_revision, kv.lease, kv.value)
 
 
+def moved_to_us(backend: EtcdBackend, held: Held, since_ms: int, saver: int) -> bool:
+    """Whether the key a claim found on our lease is the move of reign ``saver``.
+
+    It saved for us, and its move landed after we gave up on its stream (a
+    conversation that ended unsettled), so its handoff is the state.  Not a
+    put of our own: that could follow a silent keep, whose state moved on.
+    """
+    value = HolderValue.decode(held.value)
+    if value is None:
+        return False
+    ours = held.value == backend.value(value.generation, since_ms).encode()
+    return not ours and value.generation == saver + 1
+
+
 def _read(backend: EtcdBackend, opened: Opened, lease: int) -> tuple[Key, api.KeyValue | None]:
     """Where the holder key is now (linearizable), as the rules name it, and the key."""
     session, incumbent = backend.session, opened.incumbent

@@ -1,4 +1,4 @@
-"""Three more findings of ``make chaos-etcd`` (seed 1, docs/reliability.md), reproduced alone.
+"""Four more findings of ``make chaos-etcd`` (seed 1, docs/reliability.md), reproduced alone.
 
 * ``check_current()`` over etcd must fail closed (:class:`Deposed`): in the run,
   holders' check loops died of ``EtcdUnavailableError`` while the leader was
@@ -12,7 +12,12 @@
   newcomer it saves for: in the run such holders kept the project 35 to
   98 s, answering every newcomer BUSY (wedged newcomers).
 
-Each was a strict xfail until the library was fixed: the first two failed
+* A move that lands on the newcomer's lease after the newcomer gave up on
+  that conversation (it missed the end of the stream and read the key just
+  before the move applied) must still hand the state over: its next claim
+  finds the key on its own lease (found in a later run, fixed with it).
+
+The first three were strict xfails until the library was fixed: the first two failed
 every time before, the third two runs in three (whether a fence lands
 between two PROGRESS chunks is timing).
 """
@@ -93,6 +98,51 @@ def test_a_newcomer_that_missed_the_end_of_stream_keeps_the_handoff(
     ).acquire()
     try:
         assert hl.handoff is not None and hl.handoff["from"] == first.pid, hl.outcome
+    finally:
+        hl.release()
+
+
+def test_a_move_that_lands_after_the_newcomer_gave_up_on_it_keeps_the_handoff(
+    kids: Children, etcd: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Seen in chaos-etcd (seed 1): the newcomer missed the end of the stream, read
+    # the key before the incumbent's move applied, and its fence found nothing to
+    # settle; the move then landed on its lease, and its next claim held the key
+    # without the handoff.
+    project = f"example.com/tests/{uuid.uuid4().hex}"
+    env = kids.env(
+        HIGHLANDER_BACKEND=etcd.backend,
+        HIGHLANDER_PROJECT_ID=project,
+        HIGHLANDER_ETCD_TTL="2",
+        HIGHLANDER_HOST_ID="h1",
+    )
+    first = kids.start(env, timeouts=FAST)
+    first.wait_for("ready")
+    for name, value in {**env, "HIGHLANDER_HOST_ID": "h2"}.items():
+        if name.startswith("HIGHLANDER_"):
+            monkeypatch.setenv(name, value)
+    real_hear = etcd_takeover.hear
+
+    async def deaf(*args: object) -> Answer:
+        await real_hear(*args)
+        return Answer.SILENT
+
+    async def unsettled(*args: object, **kwargs: object) -> None:
+        return None  # the fence found the reign still the incumbent's, and gave up
+
+    monkeypatch.setattr(etcd_takeover, "hear", deaf)
+    monkeypatch.setattr(etcd_takeover, "_committed", lambda *args: None)
+    monkeypatch.setattr(etcd_takeover, "fence", unsettled)
+    hl = Highlander(
+        app="child",
+        on_deposed=lambda: None,
+        exit_when_orphaned=False,
+        timeouts=Timeouts(**FAST),
+    ).acquire()
+    try:
+        assert hl.outcome is not None and hl.outcome.value == "succeeded", hl.outcome
+        assert hl.handoff is not None and hl.handoff["from"] == first.pid
+        assert hl.generation == 2
     finally:
         hl.release()
 
