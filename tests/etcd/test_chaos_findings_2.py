@@ -68,51 +68,17 @@ def test_check_current_says_deposed_when_no_member_answers(
         hl.release()
 
 
-def test_a_newcomer_that_missed_the_end_of_stream_keeps_the_handoff(
+def _holder_on_h1_and_us_on_h2(
     kids: Children, etcd: Cluster, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    project = f"example.com/tests/{uuid.uuid4().hex}"
+) -> Child:
+    """A holder on host h1; this process on h2, deaf to the end of its stream.
+
+    The incumbent's move applies and its stream ends, but this newcomer
+    (loaded, say) hears nothing within its exit deadline.
+    """
     env = kids.env(
         HIGHLANDER_BACKEND=etcd.backend,
-        HIGHLANDER_PROJECT_ID=project,
-        HIGHLANDER_ETCD_TTL="2",
-        HIGHLANDER_HOST_ID="h1",
-    )
-    first = kids.start(env, timeouts=FAST)
-    first.wait_for("ready")
-    for name, value in {**env, "HIGHLANDER_HOST_ID": "h2"}.items():
-        if name.startswith("HIGHLANDER_"):
-            monkeypatch.setenv(name, value)
-    real_hear = etcd_takeover.hear
-
-    async def deaf(*args: object) -> Answer:
-        await real_hear(*args)  # the incumbent's move applied and its stream ended ...
-        return Answer.SILENT  # ... but this newcomer (loaded, say) saw nothing in time
-
-    monkeypatch.setattr(etcd_takeover, "hear", deaf)
-    hl = Highlander(
-        app="child",
-        on_deposed=lambda: None,
-        exit_when_orphaned=False,
-        timeouts=Timeouts(**FAST),
-    ).acquire()
-    try:
-        assert hl.handoff is not None and hl.handoff["from"] == first.pid, hl.outcome
-    finally:
-        hl.release()
-
-
-def test_a_move_that_lands_after_the_newcomer_gave_up_on_it_keeps_the_handoff(
-    kids: Children, etcd: Cluster, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Seen in chaos-etcd (seed 1): the newcomer missed the end of the stream, read
-    # the key before the incumbent's move applied, and its fence found nothing to
-    # settle; the move then landed on its lease, and its next claim held the key
-    # without the handoff.
-    project = f"example.com/tests/{uuid.uuid4().hex}"
-    env = kids.env(
-        HIGHLANDER_BACKEND=etcd.backend,
-        HIGHLANDER_PROJECT_ID=project,
+        HIGHLANDER_PROJECT_ID=f"example.com/tests/{uuid.uuid4().hex}",
         HIGHLANDER_ETCD_TTL="2",
         HIGHLANDER_HOST_ID="h1",
     )
@@ -127,18 +93,43 @@ def test_a_move_that_lands_after_the_newcomer_gave_up_on_it_keeps_the_handoff(
         await real_hear(*args)
         return Answer.SILENT
 
+    monkeypatch.setattr(etcd_takeover, "hear", deaf)
+    return first
+
+
+def _newcomer() -> Highlander:
+    return Highlander(
+        app="child", on_deposed=lambda: None, exit_when_orphaned=False, timeouts=Timeouts(**FAST)
+    ).acquire()
+
+
+def test_a_newcomer_that_missed_the_end_of_stream_keeps_the_handoff(
+    kids: Children, etcd: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = _holder_on_h1_and_us_on_h2(kids, etcd, monkeypatch)
+
+    hl = _newcomer()
+    try:
+        assert hl.handoff is not None and hl.handoff["from"] == first.pid, hl.outcome
+    finally:
+        hl.release()
+
+
+def test_a_move_that_lands_after_the_newcomer_gave_up_on_it_keeps_the_handoff(
+    kids: Children, etcd: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Seen in chaos-etcd (seed 1): the newcomer missed the end of the stream, read
+    # the key before the incumbent's move applied, and its fence found nothing to
+    # settle; the move then landed on its lease, and its next claim held the key
+    # without the handoff.
+    first = _holder_on_h1_and_us_on_h2(kids, etcd, monkeypatch)
+
     async def unsettled(*args: object, **kwargs: object) -> None:
         return None  # the fence found the reign still the incumbent's, and gave up
 
-    monkeypatch.setattr(etcd_takeover, "hear", deaf)
     monkeypatch.setattr(etcd_takeover, "_committed", lambda *args: None)
     monkeypatch.setattr(etcd_takeover, "fence", unsettled)
-    hl = Highlander(
-        app="child",
-        on_deposed=lambda: None,
-        exit_when_orphaned=False,
-        timeouts=Timeouts(**FAST),
-    ).acquire()
+    hl = _newcomer()
     try:
         assert hl.outcome is not None and hl.outcome.value == "succeeded", hl.outcome
         assert hl.handoff is not None and hl.handoff["from"] == first.pid
