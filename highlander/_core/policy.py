@@ -56,7 +56,7 @@ class Fresh(Setback):
 
 
 class Unseen(Setback):
-    """A silent holder nothing here can look at (another host), its claim still kept alive.
+    """A silent holder nothing here can look at: it runs on another host.
 
     No kernel shows whether it is working or hung, and a loaded machine or
     cluster makes a healthy holder late: like :class:`Fresh`, it gets one

@@ -118,9 +118,14 @@ class Channel:
                 expected += 1
                 self.received = expected
 
-    def unread(self) -> tuple[bytes, bytes]:
-        """The other side's next chunk and ``fin``: keys a fence requires absent."""
-        return self._name(self._other, b"%016x" % self.received), self._name(self._other, FIN)
+    def unread(self, *, chunks: bool = True) -> tuple[bytes, ...]:
+        """The other side's next chunk and ``fin``: keys a fence requires absent.
+
+        Without ``chunks`` only ``fin``: a save past its ceiling is fenced
+        however it still reports progress, unless its stream has ended.
+        """
+        fin = self._name(self._other, FIN)
+        return (self._name(self._other, b"%016x" % self.received), fin) if chunks else (fin,)
 
     async def forget(self) -> None:
         """Delete every key of the conversation (the newcomer, once it is over)."""

@@ -36,7 +36,7 @@ def silent(backend: EtcdBackend, greeting: Silent, connected_ms: int) -> Setback
         return Changed()  # the reign we spoke to is over: the next attempt meets the new one
     holder = last.holder
     if holder.since_ms > int(time.time() * 1000):
-        return Leaving(holder.pid)  # a fencer waiting out its fence: it serves soon
+        return Leaving(holder.pid)  # a successor or a fencer settling in: it serves soon
     return _unanswered(backend, last, greeting, connected_ms)
 
 

@@ -187,7 +187,7 @@ async def fence(
     try:
         found = session.call(
             fence_out, session.client, backend.key, value, opened.incumbent, lease,
-            opened.channel.unread()[1:] if ceiling else opened.channel.unread(), also,
+            opened.channel.unread(chunks=not ceiling), also,
         )  # fmt: skip
         if found is Key.OURS:
             settings.events.emit(Event.FENCED, peer_pid=incumbent.pid, generation=generation)
