@@ -10,7 +10,10 @@ carries them out:
    lease, the incumbent's move applied (COMMIT); still the incumbent's
    reign, it kept (ABORT); absent, its lease ended before any move (CLAIM,
    with the handoff: nobody else has the state);
-3. silent past the deadline: :func:`fence` it, i.e. move the key off its
+3. silent past the deadline, the key already on our lease: its move applied
+   but it has not learned so yet; hold once it let its lease go
+   (:func:`outlast`), so its ``relinquished`` comes before our reign;
+4. silent past the deadline otherwise: :func:`fence` it, i.e. move the key off its
    reign onto a lease of ours that outlives its lease bound, revoke its
    lease, wait one of its TTLs, read again.  Never a signal: the incumbent
    may run on another host.
@@ -25,7 +28,7 @@ from typing import Any
 
 from highlander._core import etcd_commit as rules
 from highlander._core.commit import Answer
-from highlander._core.errors import EtcdError, LocalProtocolError
+from highlander._core.errors import EtcdError
 from highlander._core.etcd_commit import Key, Verdict
 from highlander._core.lease import KEEPALIVES_PER_TTL, margin_for
 from highlander._core.messages import AckSuccession, Saved
@@ -62,12 +65,9 @@ async def conclude(
         committed = _committed(backend, opened)
         if committed is None:
             return await fence(backend, opened, greeting.waiter, saved.handoff, saved=True)
-        # It moved the key to us (the commit) and acts as holder no more, but has
-        # not ended its stream yet (a loaded host): one more exit deadline for it
-        # to say so (``relinquished`` before we begin), then we hold regardless.
-        greeting.conn.spare(greeting.waiter.now())
-        with contextlib.suppress(LocalProtocolError):  # its end was heard already
-            await hear(settings, greeting, Answer.SILENT)
+        # It moved the key to us (the commit) but has not ended its stream: it may
+        # not know yet (a loaded host, a slow member).  We begin once it let go.
+        await outlast(backend, opened, greeting.waiter)
         return _hold(backend, committed, saved.handoff)
     if answer is Answer.REFUSED:
         return None
@@ -206,6 +206,7 @@ async def fence(
         if committed is not None:
             with contextlib.suppress(EtcdError):
                 session.call(keeper.revoke)
+            await outlast(backend, opened, waiter)
             return _hold(backend, committed, handoff)
     verdict = rules.after_fence(found)
     if verdict is Verdict.COMMIT and kv is not None:
@@ -250,6 +251,35 @@ def _settle(
     return _hold(backend, fenced, handoff, fenced=stale)
 
 
+async def outlast(backend: EtcdBackend, opened: Opened, waiter: Waiter) -> None:
+    """Wait until the incumbent that moved the key to us has let its lease go (bounded).
+
+    Its move applied, but it learns so from etcd's answer: until then it has
+    not said ``relinquished``, and it ends its reign (its lease, and the
+    stream on it) only after.  Its commit retries while its lease bound
+    holds; a lease nobody renews ends one TTL after its last keepalive.  So
+    at most two of its TTLs (and etcd's rounding to whole seconds) after we
+    saw the move, it has let go or cannot act any more: then we begin anyway.
+    """
+    lease = opened.incumbent.lease
+    deadline = waiter.now() + 2 * opened.holder.ttl + 1.0
+    while waiter.now() < deadline:
+        left = _lease_left(backend, lease)
+        if left is not None and left[0] < 0:
+            return
+        await waiter.sleep(POLL)
+
+
+def _lease_left(backend: EtcdBackend, lease: int) -> tuple[int, int] | None:
+    """Whole seconds ``lease`` has left (-1: gone) and its granted TTL; ``None`` if unknown."""
+    session = backend.session
+    try:
+        answer = session.call(session.client.call, "/v3/lease/timetolive", api.time_to_live(lease))
+    except EtcdError:
+        return None
+    return api.remaining(answer)
+
+
 async def expires(backend: EtcdBackend, last: Opened, waiter: Waiter) -> bool:
     """Whether the silent reign's lease, unrenewed for a keepalive period, ran out.
 
@@ -260,13 +290,10 @@ async def expires(backend: EtcdBackend, last: Opened, waiter: Waiter) -> bool:
     anyone; the key still there afterwards (renewed after all) is fenced.
     """
     lease = last.incumbent.lease
-    try:
-        answer = backend.session.call(
-            backend.session.client.call, "/v3/lease/timetolive", api.time_to_live(lease)
-        )
-    except EtcdError:
+    remaining = _lease_left(backend, lease)
+    if remaining is None:
         return False
-    left, ttl = api.remaining(answer)
+    left, ttl = remaining
     if left > ttl * (1 - 1 / KEEPALIVES_PER_TTL) - margin_for(ttl):
         return False  # renewed lately: alive somewhere, and hung
     deadline = waiter.now() + max(left, 0) + 1.0  # etcd rounds to whole seconds

@@ -12,6 +12,10 @@
   newcomer it saves for: in the run such holders kept the project 35 to
   98 s, answering every newcomer BUSY (wedged newcomers).
 
+* A newcomer whose incumbent's move applied, but whose incumbent learns so
+  late (a loaded host, a member slow to answer), must not begin before that
+  incumbent let go: in run E three reigns began 42 to 655 ms before their
+  predecessor logged ``relinquished`` (double holders by the event log).
 * A move that lands on the newcomer's lease after the newcomer gave up on
   that conversation (it missed the end of the stream and read the key just
   before the move applied) must still hand the state over: its next claim
@@ -171,3 +175,29 @@ def test_a_save_that_advances_forever_is_fenced_at_the_ceiling(
         time.sleep(0.5)
     assert len(told) < SELF_BUSY, f"{len(told)} BUSY answers naming the newcomer itself"
     assert claimed, "the newcomer never held"
+
+
+def test_a_newcomer_begins_only_after_an_incumbent_slow_to_learn_its_move_let_go(
+    kids: Children, etcd: Cluster
+) -> None:
+    # The incumbent hears etcd's answer to its move 6 s late (its lease kept
+    # alive meanwhile): longer than the newcomer's exit deadline twice over.
+    project = f"example.com/tests/{uuid.uuid4().hex}"
+
+    def start(host: str, **cfg: Any) -> Child:
+        env = kids.env(
+            HIGHLANDER_BACKEND=etcd.backend, HIGHLANDER_PROJECT_ID=project, HIGHLANDER_HOST_ID=host
+        )
+        return kids.start(env, timeouts=FAST, **cfg)
+
+    first = start("h1", after_move={"delay": 6.0})
+    first.wait_for("ready")
+    second = start("h2")
+    ready = second.wait_for("ready", timeout=SETTLE)
+    assert ready["outcome"] == "succeeded" and ready["handoff"]["from"] == first.pid, ready
+    status, _, _ = first.finish(timeout=SETTLE)  # deposed: its events are all logged
+    assert status == 0
+    let_go = [e["ts"] for e in kids.events("relinquished") if e["pid"] == first.pid]
+    began = [e["ts"] for e in kids.events("claimed") if e["pid"] == second.pid]
+    assert let_go and began, kids.events()
+    assert let_go[0] <= began[0], f"the newcomer began {let_go[0] - began[0]:.3f} s early"

@@ -326,6 +326,28 @@ def pause_before_ack() -> None:
         etcd.conclude = slow_conclude
 
 
+def slow_after_move() -> None:
+    """As an etcd incumbent, learn late that its move applied: ``{"delay": s}`` after
+    etcd's answer (a loaded host, or a member slow to answer), the lease kept alive."""
+    how = cfg.get("after_move")
+    if not how or not os.environ.get("HIGHLANDER_BACKEND", "").startswith("etcd"):
+        return
+    import importlib
+
+    import anyio
+
+    module = importlib.import_module("highlander._shell.etcd_serving")
+    moves = module.incumbent_moves
+
+    async def slow_moves(*args: Any, **kwargs: Any) -> Any:
+        then = await moves(*args, **kwargs)
+        report(event="moved", then=str(then))
+        await anyio.sleep(float(how["delay"]))
+        return then
+
+    module.incumbent_moves = slow_moves
+
+
 def reign(hl: Highlander) -> None:
     state["counter"] = (hl.handoff or {}).get("counter", 0) + 1
     current["generation"] = hl.generation
@@ -392,6 +414,7 @@ def report_error(exc: BaseException) -> None:
 def main() -> None:
     mirror_events()
     pause_before_ack()
+    slow_after_move()
     apply_limits_and_faults()
     if cfg.get("async"):
         import anyio
