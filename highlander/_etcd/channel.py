@@ -59,6 +59,11 @@ class Channel:
     _sent: int = 0
     #: How many of the other side's chunks were read (its next key's number).
     received: int = 0
+    #: The lease the other side's keys ride on (0 until one is read): its reign's
+    #: own, which it lets go only after it says ``relinquished``.
+    peer_lease: int = 0
+    #: Whether the other side's keys were seen deleted: its lease ended.
+    peer_gone: bool = False
 
     @property
     def _base(self) -> bytes:
@@ -100,7 +105,9 @@ class Channel:
             async for event in events:
                 leaf = event.kv.key[len(theirs) :]
                 if event.kind == "delete" or leaf == FIN:
+                    self.peer_gone = event.kind == "delete"
                     return  # its lease ended (it died, or was fenced), or it said so
+                self.peer_lease = event.kv.lease
                 if leaf == HERE:
                     continue
                 try:

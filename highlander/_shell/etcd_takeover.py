@@ -75,6 +75,8 @@ async def conclude(
     verdict = rules.newcomer_decides(answer, key)
     if verdict is Verdict.COMMIT:
         assert kv is not None
+        # The end we heard may be our side's (a watch that failed), not its lease's.
+        await outlast(backend, opened, greeting.waiter)
         return _hold(backend, Held(kv.mod_revision, kv.lease, kv.value), saved.handoff)
     if verdict is Verdict.CLAIM:
         return _claim(backend, saved.handoff)
@@ -261,7 +263,11 @@ async def outlast(backend: EtcdBackend, opened: Opened, waiter: Waiter) -> None:
     at most two of its TTLs (and etcd's rounding to whole seconds) after we
     saw the move, it has let go or cannot act any more: then we begin anyway.
     """
-    lease = opened.incumbent.lease
+    # The lease its stream rides on: the holder key's, as we read it when we
+    # opened, may since have been a fence's that it has moved off and revoked.
+    if opened.channel.peer_gone:
+        return  # its stream's keys went with its lease: it let go
+    lease = opened.channel.peer_lease or opened.incumbent.lease
     deadline = waiter.now() + 2 * opened.holder.ttl + 1.0
     while waiter.now() < deadline:
         left = _lease_left(backend, lease)
