@@ -28,6 +28,7 @@ from highlander._host.modes import Mode, ThrashPolicy
 from highlander._host.record import HolderRecord
 from highlander._host.settings import Options, Settings, checked_timeout
 from highlander._host.threads import hold, start_daemon
+from highlander._sharing_api import SharingApi
 from highlander._shell import one_claim
 from highlander._shell.claiming import claim
 from highlander._shell.one_claim import AlreadyHoldingError
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from highlander._shell.seam import Backend
 
 
-class Highlander:
+class Highlander(SharingApi):
     """One process's claim on a project: holder, or (OBSERVE/WARN) a duplicate.
 
     Keyword options: ``app`` (default: the program's name), ``project``
@@ -60,7 +61,10 @@ class Highlander:
     holder leaves when the process that started it exits), ``backend``
     (default ``HIGHLANDER_BACKEND``, else this machine: ``"etcd://h1:2379,h2:2379"``
     makes holders meet on an etcd cluster, docs/etcd.md) and ``project_id``
-    (etcd only; default ``HIGHLANDER_PROJECT_ID``, else the project's git remote).
+    (etcd only; default ``HIGHLANDER_PROJECT_ID``, else the project's git remote),
+    ``share`` (``"off"``, ``"on"``, ``"only"``; default ``HIGHLANDER_SHARE``, else
+    off: a newcomer may attach to the holder's server instead of replacing it,
+    docs/mcp.md) and ``build`` (the server's version, for share mode).
 
     Claim with ``Highlander.ensure_singleton(...)``, ``Highlander(...).acquire()``
     (``timeout=`` bounds the wait), ``with Highlander(...) as hl:`` or
@@ -85,6 +89,8 @@ class Highlander:
         exit_when_orphaned: bool = True,
         backend: str | None = None,
         project_id: str | None = None,
+        share: str | bool | None = None,
+        build: str | None = None,
     ) -> None:
         self._options = Options(
             app=app,
@@ -98,6 +104,8 @@ class Highlander:
             exit_when_orphaned=exit_when_orphaned,
             backend=backend,
             project_id=project_id,
+            share=share,
+            build=build,
         )
         # The client that started us; 1 means no client to outlive (init, a container).
         parent = os.getppid()
@@ -389,6 +397,7 @@ class Highlander:
                 on_save=self._on_save,
                 on_deposed=self._when_deposed,
                 backend=self._backend,
+                sessions=self._sessions_for_reign(),
             )
             return self._incumbent
 

@@ -64,6 +64,12 @@ class FrameDecoder:
         """Number of bytes received but not yet returned as frames."""
         return len(self._buffer)
 
+    def take_rest(self) -> bytes:
+        """Return and forget every byte buffered past the last frame (the unframed stream)."""
+        rest = bytes(self._buffer)
+        self._buffer.clear()
+        return rest
+
     def feed(self, data: bytes) -> None:
         """Append received bytes; raise at once if the next frame's length is invalid."""
         self._buffer += data

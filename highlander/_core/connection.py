@@ -32,7 +32,15 @@ from highlander._core.errors import (
     RemoteProtocolError,
     SignatureError,
 )
-from highlander._core.messages import NONCE_BYTES, Hello, Message, ProgressReport, Save, Status
+from highlander._core.messages import (
+    NONCE_BYTES,
+    Attach,
+    Hello,
+    Message,
+    ProgressReport,
+    Save,
+    Status,
+)
 from highlander._core.signing import NO_NONCE, Direction, sign, verify
 from highlander._core.state import ENDINGS, Move, Role, State, StateMachine
 from highlander._core.values import Value
@@ -161,7 +169,7 @@ class Connection:
     def _check_outgoing_nonces(self, message: Message) -> None:
         if isinstance(message, Hello) and message.nonce != self.local_nonce.hex():
             raise LocalProtocolError("HELLO must carry this connection's nonce (local_nonce)")
-        if isinstance(message, Save | Status):
+        if isinstance(message, Save | Status | Attach):
             if message.nonce != self.local_nonce.hex():
                 raise LocalProtocolError(
                     f"{message.TYPE} must carry this connection's nonce (local_nonce)"
@@ -174,6 +182,18 @@ class Connection:
     def _enter(self, state: State, now: float) -> None:
         self._machine.move(state)
         self._watch.enter(self._machine.waiting_for, now)
+
+    def unframed(self) -> bytes:
+        """After ATTACHED: the peer's bytes already read past it (the client's JSON-RPC).
+
+        From RELAYING on the stream is no longer framed; what the decoder
+        buffered belongs to the relay.  Raises :class:`LocalProtocolError` before.
+        """
+        if self._machine.state is not State.RELAYING:
+            raise LocalProtocolError(
+                f"the stream is framed until ATTACHED (state {self._machine.state.value})"
+            )
+        return self._decoder.take_rest()
 
     # -- receiving ---------------------------------------------------------------
 
@@ -253,7 +273,7 @@ class Connection:
             return self.peer_nonce, self.local_nonce
         if self.role is Role.NEWCOMER:
             return (bytes.fromhex(message.nonce), NO_NONCE) if isinstance(message, Hello) else None
-        if isinstance(message, Save | Status):
+        if isinstance(message, Save | Status | Attach):
             if message.echo != self.local_nonce.hex():
                 raise SignatureError(
                     f"{message.TYPE} echoes the nonce of another session: it was replayed "
@@ -294,5 +314,5 @@ class Connection:
     def _learn_peer_nonce(self, message: Message) -> None:
         if self.peer_nonce is not None:
             return
-        if isinstance(message, Hello | Save | Status):
+        if isinstance(message, Hello | Save | Status | Attach):
             self.peer_nonce = bytes.fromhex(message.nonce)

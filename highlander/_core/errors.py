@@ -51,6 +51,11 @@ class Reason(enum.StrEnum):
     newcomer in answer to SAVED); the incumbent keeps the project.
     ``OTHER_APP``: the SAVE came from another app than the holder's; the
     holder keeps the project and its state.
+    ``NO_SHARE``: the holder serves no attached sessions (share mode off, or
+    its server does not run :func:`highlander.mcp.serve`).
+    ``FINGERPRINT``: the ATTACH came from a server configured differently
+    (command, working directory or environment: see docs/mcp.md).
+    ``NEWER``: the ATTACH came from a newer build, which succeeds instead.
     """
 
     AUTH = "auth"
@@ -62,6 +67,9 @@ class Reason(enum.StrEnum):
     LATE = "late"
     PREPARE = "prepare"
     OTHER_APP = "other_app"
+    NO_SHARE = "no_share"
+    FINGERPRINT = "fingerprint"
+    NEWER = "newer"
 
 
 class HighlanderError(Exception):
@@ -253,6 +261,17 @@ class OtherAppError(SuccessionRefused):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, reason=Reason.OTHER_APP)
+
+
+class ShareRefusedError(HighlanderError):
+    """Raised when share mode is ``only`` and the holder cannot serve this client.
+
+    The holder runs another configuration (its fingerprint differs), does not
+    share, or refused the ATTACH; with ``share="only"`` (``HIGHLANDER_SHARE=only``)
+    this process does not replace it either.  The message says which; align
+    the two configurations, or set ``HIGHLANDER_SHARE=on`` to let a server that
+    cannot share take over (docs/mcp.md).
+    """
 
 
 class SaveFailedError(SuccessionRefused):

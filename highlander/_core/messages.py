@@ -30,6 +30,7 @@ NONCE_BYTES = 16
 MAX_HANDOFF_BYTES = 64 * 1024
 MAX_TEXT = 4096
 MAX_NOTE = 1024
+MAX_BUILD = 128
 _NONCE_RE = re.compile(f"[0-9a-f]{{{2 * NONCE_BYTES}}}")
 
 
@@ -70,6 +71,12 @@ def _text(message: Message, name: str, *, limit: int = MAX_TEXT, empty: bool = F
             value.encode("utf-8")
         except UnicodeEncodeError:
             raise _fail(type(message), name, "is not valid Unicode (lone surrogate)") from None
+
+
+def _bool(message: Message, name: str) -> None:
+    value = getattr(message, name)
+    if not isinstance(value, bool):
+        raise _fail(type(message), name, f"must be a boolean, got {type(value).__name__}")
 
 
 def _nonce(message: Message, name: str) -> None:
@@ -150,6 +157,11 @@ class Hello(Message):
     generation: int
     since_ms: int
     nonce: str
+    #: The holder's build and configuration fingerprint (:mod:`highlander._core.sharing`).
+    build: str = ""
+    fingerprint: str = ""
+    #: Whether it serves attached sessions (ATTACH can succeed).
+    shares: bool = False
 
     def _validate(self) -> None:
         _int(self, "pid", minimum=1)
@@ -159,6 +171,9 @@ class Hello(Message):
         _int(self, "generation")
         _int(self, "since_ms")
         _nonce(self, "nonce")
+        _text(self, "build", limit=MAX_BUILD, empty=True)
+        _text(self, "fingerprint", limit=MAX_BUILD, empty=True)
+        _bool(self, "shares")
 
 
 class Save(Message):
@@ -186,6 +201,52 @@ class Save(Message):
         _nonce(self, "echo")
         _enum(self, "intent", Intent)
         _text(self, "app")
+
+
+class Attach(Message):
+    """The newcomer asks to be served as one more session of the holder's server.
+
+    Sent instead of SAVE when the holder shares (HELLO ``shares``) and runs
+    the same configuration (``fingerprint``) and a build not older than the
+    newcomer's (``build``): the holder checks all three again.  After
+    ATTACHED the connection carries the client's JSON-RPC, unframed.
+    ``echo`` and ``nonce`` bind it to this conversation, as SAVE's do.
+    """
+
+    TYPE: ClassVar[str] = "ATTACH"
+    pid: int
+    start_time: int
+    nonce: str
+    echo: str
+    app: str
+    build: str
+    fingerprint: str
+
+    def _validate(self) -> None:
+        _int(self, "pid", minimum=1)
+        _int(self, "start_time")
+        _nonce(self, "nonce")
+        _nonce(self, "echo")
+        _text(self, "app")
+        _text(self, "build", limit=MAX_BUILD, empty=True)
+        _text(self, "fingerprint", limit=MAX_BUILD, empty=True)
+
+
+class Attached(Message):
+    """The holder serves the newcomer's client from now on, on this connection.
+
+    ``generation`` is the reign that serves it; ``sessions`` counts the
+    attached sessions it serves now, this one included.  The last frame of
+    the conversation: what follows on the stream is JSON-RPC.
+    """
+
+    TYPE: ClassVar[str] = "ATTACHED"
+    generation: int
+    sessions: int
+
+    def _validate(self) -> None:
+        _int(self, "generation")
+        _int(self, "sessions", minimum=1)
 
 
 class ProgressReport(Message):
@@ -303,8 +364,7 @@ class StatusReply(Message):
         _int(self, "generation")
         _text(self, "mode", limit=16)
         _int(self, "since_ms")
-        if not isinstance(self.busy, bool):
-            raise _fail(type(self), "busy", f"must be a boolean, got {type(self.busy).__name__}")
+        _bool(self, "busy")
 
 
 MESSAGE_TYPES: dict[str, type[Message]] = {
@@ -312,6 +372,8 @@ MESSAGE_TYPES: dict[str, type[Message]] = {
     for cls in (
         Hello,
         Save,
+        Attach,
+        Attached,
         ProgressReport,
         Saved,
         AckSuccession,

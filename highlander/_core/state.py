@@ -21,6 +21,15 @@ Other endings: the incumbent answers SAVE with BUSY (another succession is
 running) or REFUSED; a STATUS query gets STATUS_REPLY (or REFUSED).  Both
 end in DONE.
 
+Sharing instead (:mod:`highlander._core.sharing`)::
+
+    READY         ------ ATTACH ------->    ADMITTING
+    RELAYING      <----- ATTACHED -----     RELAYING
+                  (the client's JSON-RPC, unframed, both ways)
+
+ATTACH answered with BUSY (a succession is running) or REFUSED ends in
+DONE; RELAYING is an ending too: no frame may follow ATTACHED.
+
 The handover commits exactly once, at the incumbent (see
 :mod:`highlander._core.commit`).  After SAVED either side may still decline:
 
@@ -75,6 +84,7 @@ class State(enum.Enum):
     READY = "READY"
     AWAIT_SAVED = "AWAIT_SAVED"
     AWAIT_STATUS = "AWAIT_STATUS"
+    AWAIT_ATTACHED = "AWAIT_ATTACHED"
     MUST_ACK = "MUST_ACK"
     AWAIT_EXIT = "AWAIT_EXIT"
     # incumbent
@@ -82,9 +92,11 @@ class State(enum.Enum):
     AWAIT_REQUEST = "AWAIT_REQUEST"
     SAVING = "SAVING"
     REPLYING = "REPLYING"
+    ADMITTING = "ADMITTING"
     AWAIT_ACK = "AWAIT_ACK"
     DEPOSED = "DEPOSED"
     # both
+    RELAYING = "RELAYING"
     DONE = "DONE"
     CLOSED = "CLOSED"
     ERROR = "ERROR"
@@ -108,6 +120,10 @@ TRANSITIONS: Final[dict[tuple[Role, State, Move, str], State]] = {
     (NEW, S.AWAIT_HELLO, RECEIVED, "HELLO"): S.READY,
     (NEW, S.READY, SENT, "SAVE"): S.AWAIT_SAVED,
     (NEW, S.READY, SENT, "STATUS"): S.AWAIT_STATUS,
+    (NEW, S.READY, SENT, "ATTACH"): S.AWAIT_ATTACHED,
+    (NEW, S.AWAIT_ATTACHED, RECEIVED, "ATTACHED"): S.RELAYING,
+    (NEW, S.AWAIT_ATTACHED, RECEIVED, "BUSY"): S.DONE,
+    (NEW, S.AWAIT_ATTACHED, RECEIVED, "REFUSED"): S.DONE,
     (NEW, S.AWAIT_SAVED, RECEIVED, "PROGRESS"): S.AWAIT_SAVED,
     (NEW, S.AWAIT_SAVED, RECEIVED, "SAVED"): S.MUST_ACK,
     (NEW, S.AWAIT_SAVED, RECEIVED, "BUSY"): S.DONE,
@@ -121,6 +137,10 @@ TRANSITIONS: Final[dict[tuple[Role, State, Move, str], State]] = {
     (INC, S.SEND_HELLO, SENT, "HELLO"): S.AWAIT_REQUEST,
     (INC, S.AWAIT_REQUEST, RECEIVED, "SAVE"): S.SAVING,
     (INC, S.AWAIT_REQUEST, RECEIVED, "STATUS"): S.REPLYING,
+    (INC, S.AWAIT_REQUEST, RECEIVED, "ATTACH"): S.ADMITTING,
+    (INC, S.ADMITTING, SENT, "ATTACHED"): S.RELAYING,
+    (INC, S.ADMITTING, SENT, "BUSY"): S.DONE,
+    (INC, S.ADMITTING, SENT, "REFUSED"): S.DONE,
     (INC, S.SAVING, SENT, "PROGRESS"): S.SAVING,
     (INC, S.SAVING, SENT, "SAVED"): S.AWAIT_ACK,
     (INC, S.SAVING, SENT, "BUSY"): S.DONE,
@@ -133,12 +153,13 @@ TRANSITIONS: Final[dict[tuple[Role, State, Move, str], State]] = {
 }
 
 #: States where the conversation has reached an ending; end of stream is expected.
-ENDINGS: Final[frozenset[State]] = frozenset({S.DONE, S.DEPOSED, S.AWAIT_EXIT})
+ENDINGS: Final[frozenset[State]] = frozenset({S.DONE, S.DEPOSED, S.AWAIT_EXIT, S.RELAYING})
 
 WAITING: Final[dict[tuple[Role, State], Phase]] = {
     (NEW, S.AWAIT_HELLO): Phase.HELLO,
     (NEW, S.AWAIT_SAVED): Phase.STALL,
     (NEW, S.AWAIT_STATUS): Phase.REPLY,
+    (NEW, S.AWAIT_ATTACHED): Phase.REPLY,
     (NEW, S.AWAIT_EXIT): Phase.EXIT,
     (INC, S.AWAIT_REQUEST): Phase.REQUEST,
     (INC, S.AWAIT_ACK): Phase.ACK,

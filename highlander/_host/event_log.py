@@ -77,6 +77,9 @@ class Event(enum.StrEnum):
     LEGACY_REMOVED = "legacy_removed"
     LEGACY_KEPT = "legacy_kept"
     UNSAFE_FILE = "unsafe_file"  # something other than our regular file had a file's name
+    ATTACHED = "attached"  # share mode: a newcomer's client is served by the holder
+    DETACHED = "detached"  # share mode: an attached session ended
+    SHARE_DECLINED = "share_declined"  # share mode: the newcomer could not attach (reason)
     COMMAND_EXITED = "command_exited"  # `highlander run`: the wrapped command's tree ended
     TREE_KILLED = "tree_killed"  # `highlander run`: SIGKILL to what outlived the wind-down limit
 
@@ -96,6 +99,7 @@ class Outcome(enum.StrEnum):
     STEPPED_DOWN = "stepped_down"  # (incumbent) could not serve any more; gave the project up
     LOST_RENDEZVOUS = "lost_rendezvous"  # (incumbent) its lock file or runtime dir was taken
     LEASE_LOST = "lease_lost"  # (incumbent, etcd) its lease was not renewed in time, or fenced
+    ATTACHED = "attached"  # (newcomer, share mode) became a relay to the holder's server
 
 
 class EventLog:

@@ -8,10 +8,12 @@ from collections.abc import Mapping
 
 from highlander._core.deadlines import Timeouts
 from highlander._core.errors import ConfigurationError, HighlanderError, UnsafeRuntimeDirError
+from highlander._core.sharing import Build, ShareMode
 from highlander._core.values import Value
 from highlander._host.app_name import check_app
 from highlander._host.event_log import EventLog
 from highlander._host.fencing import floor_path
+from highlander._host.fingerprint import share_mode
 from highlander._host.log import warn_once
 from highlander._host.modes import Mode, ThrashPolicy, resolve_mode
 from highlander._host.rendezvous import (
@@ -71,6 +73,8 @@ class Options(Value):
     exit_when_orphaned: bool
     backend: str | None = None
     project_id: str | None = None
+    share: str | bool | None = None
+    build: str | None = None
 
     def resolve(self) -> Settings:
         """Resolve every option (argument, then environment, then default)."""
@@ -86,6 +90,8 @@ class Options(Value):
             exit_when_orphaned=self.exit_when_orphaned,
             backend=self.backend,
             project_id=self.project_id,
+            share=self.share,
+            build=self.build,
         )
 
 
@@ -109,6 +115,8 @@ class Settings:
         backend: str | None = None,
         project_id: str | None = None,
         lease_ttl: int = 5,
+        share: ShareMode = ShareMode.OFF,
+        build: str | None = None,
     ) -> None:
         self.app = app
         self.root = root
@@ -126,6 +134,10 @@ class Settings:
         self.backend = backend
         self.project_id = project_id
         self.lease_ttl = lease_ttl
+        #: Share mode (docs/mcp.md), and the ``build=`` given (see :meth:`build`).
+        self.share = share
+        self._build_given = build
+        self._build: Build | None = None
         self._key: bytes | None = None
         #: Where the fencing generation's floor outlives a wiped runtime directory.
         self.floor_path = floor_path(paths.base, self.env)
@@ -146,6 +158,8 @@ class Settings:
         exit_when_orphaned: bool = True,
         backend: str | None = None,
         project_id: str | None = None,
+        share: str | bool | None = None,
+        build: str | None = None,
     ) -> Settings:
         """Resolve every option (argument, then environment, then default)."""
         from highlander._host.backend_choice import choose_backend, lease_ttl  # noqa: PLC0415
@@ -178,6 +192,8 @@ class Settings:
             backend=chosen_backend,
             project_id=project_id if chosen_backend is not None else None,
             lease_ttl=lease_ttl(env) if chosen_backend is not None else 5,
+            share=share_mode(share, env),
+            build=build,
         )
 
     def renamed(self, *, create: bool = False) -> bool:
@@ -201,6 +217,14 @@ class Settings:
             return False
         self.paths = fresh
         return True
+
+    def build(self) -> Build:
+        """This server's build and configuration fingerprint (worked out on first use)."""
+        if self._build is None:
+            from highlander._host.fingerprint import this_build  # noqa: PLC0415 - share mode only
+
+            self._build = this_build(self._build_given, self.env)
+        return self._build
 
     def key(self) -> bytes:
         """The HMAC key for this project (token resolved and HKDF run on first use)."""

@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from highlander._core.errors import Reason
-from highlander._core.messages import Intent, Save, StatusReply
+from highlander._core.messages import Hello, Intent, Save, StatusReply
 from highlander._core.values import Value
 from highlander._host.event_log import Event
+from highlander._host.identity import own_identity
 from highlander._host.record import HolderRecord
 from highlander._host.settings import Settings
 
@@ -65,4 +66,22 @@ def status_reply(settings: Settings, record: HolderRecord, *, busy: bool) -> Sta
         mode=settings.mode.value,
         since_ms=record.since_ms,
         busy=busy,
+    )
+
+
+def hello(settings: Settings, record: HolderRecord, nonce: bytes, *, shares: bool) -> Hello:
+    """The holder's HELLO: who it is, its reign, and (sharing) its build and fingerprint."""
+    me = own_identity()
+    build = settings.build() if shares else None  # said only when a newcomer may use it
+    return Hello(
+        pid=me.pid,
+        start_time=me.start_time,
+        exe=me.exe,
+        app=settings.app,
+        generation=record.generation,
+        since_ms=record.since_ms,
+        nonce=nonce.hex(),
+        build=build.version if build else "",
+        fingerprint=build.fingerprint if build else "",
+        shares=shares,
     )

@@ -39,7 +39,11 @@ async def claim(
 
         waiter = BLOCKING
     result = await acquire(settings, waiter, timeout, backend, first=first)
-    assert isinstance(result, Reign)  # AUTO never yields a duplicate
+    if not isinstance(result, Reign):
+        from highlander._shell.attaching import Relay, become_relay  # noqa: PLC0415
+
+        assert isinstance(result, Relay)  # AUTO never yields a duplicate
+        become_relay(settings, result)  # share mode: the holder serves our client
     return result
 
 

@@ -22,8 +22,8 @@ from highlander._core.connection import Connection
 from highlander._core.errors import ProtocolError, Reason, SignatureError, UnsafeSecretError
 from highlander._core.messages import (
     AckSuccession,
+    Attach,
     Busy,
-    Hello,
     Intent,
     Refused,
     Save,
@@ -33,10 +33,11 @@ from highlander._core.messages import (
 from highlander._core.state import Role
 from highlander._host.claim import Reign
 from highlander._host.event_log import Event, Outcome
-from highlander._host.identity import PeerCredentials, own_identity
+from highlander._host.identity import PeerCredentials
 from highlander._host.listener import Listener
 from highlander._host.settings import Settings
 from highlander._host.tasks import Closed
+from highlander._shell.admission import hello as greeting
 from highlander._shell.admission import other_app, policy, status_reply
 from highlander._shell.backend import LOCAL
 from highlander._shell.saving import SaveFlight, SaveHook, describe_failure
@@ -47,6 +48,7 @@ from highlander._shell.serving_guard import (
     describe,
     step_down,
 )
+from highlander._shell.sessions import Sessions, answer_attach
 from highlander._shell.watch import watch_parent
 from highlander._shell.wire import Overdue, receive_event, send_message
 
@@ -70,8 +72,12 @@ class Incumbent:
         on_save: SaveHook | None,
         on_deposed: Callable[[Outcome, Runtime], Awaitable[None]],
         backend: Backend = LOCAL,
+        sessions: Sessions | None = None,
     ) -> None:
         self.settings = settings
+        #: Share mode: who serves attached sessions (:mod:`highlander._shell.sessions`).
+        self.sessions = sessions if sessions is not None else Sessions()
+        self.sessions.bind(settings)
         self.backend = backend
         self.reign = reign
         self.on_save = on_save
@@ -233,7 +239,7 @@ class Incumbent:
             sock.close()
 
     async def _converse(self, sock: socket.socket, peer: PeerCredentials, slot: Slot) -> None:
-        me, record = own_identity(), self.reign.record
+        record = self.reign.record
         conn = Connection(
             Role.INCUMBENT,
             key=self.settings.key(),
@@ -241,15 +247,7 @@ class Incumbent:
             now=self.runtime.now(),
             timeouts=self.settings.timeouts,
         )
-        hello = Hello(
-            pid=me.pid,
-            start_time=me.start_time,
-            exe=me.exe,
-            app=self.settings.app,
-            generation=record.generation,
-            since_ms=record.since_ms,
-            nonce=conn.local_nonce.hex(),
-        )
+        hello = greeting(self.settings, record, conn.local_nonce, shares=self.sessions.sharing)
         await send_message(sock, conn, hello, self.runtime)
         request = await receive_event(sock, conn, self.runtime)
         self._guard.engaged(slot)  # a real request: no longer evictable
@@ -259,6 +257,21 @@ class Incumbent:
             await send_message(sock, conn, reply, self.runtime)
         elif isinstance(request, Save):
             await self._answer_save(sock, conn, request, peer)
+        elif isinstance(request, Attach):
+            await answer_attach(self, sock, conn, request, peer)
+
+    def busy(self, peer: PeerCredentials) -> Busy | None:
+        """BUSY (logged) while a succession runs: ours, or our predecessor's still leaving."""
+        events = self.settings.events
+        if self._successor is not None:
+            events.emit(Event.BUSY, peer_pid=peer.pid, successor_pid=self._successor.pid)
+            return Busy(pid=self._successor.pid, start_time=self._successor_start)
+        if self._leaving:
+            # Our own succession ends when our predecessor has left (or been ended).
+            leaving = self._leaving[0]
+            events.emit(Event.BUSY, peer_pid=peer.pid, predecessor_pid=leaving.pid)
+            return Busy(pid=leaving.pid, start_time=leaving.start_time)
+        return None
 
     async def _refuse(self, sock: socket.socket, conn: Connection, why: Reason, say: str) -> None:
         await send_message(sock, conn, Refused(why, say[:1024]), self.runtime)
@@ -268,17 +281,9 @@ class Incumbent:
     ) -> None:
         events, now_ms = self.settings.events, int(time.time() * 1000)
         refusal = other_app(self.settings, save)
-        if refusal is None and self._successor is not None:
-            busy = Busy(pid=self._successor.pid, start_time=self._successor_start)
+        busy = self.busy(peer) if refusal is None else None
+        if busy is not None:
             await send_message(sock, conn, busy, self.runtime)
-            events.emit(Event.BUSY, peer_pid=peer.pid, successor_pid=self._successor.pid)
-            return
-        leaving = self._leaving[0] if self._leaving else None
-        if refusal is None and leaving is not None:
-            # Our own succession ends when our predecessor has left (or been ended).
-            busy = Busy(pid=leaving.pid, start_time=leaving.start_time)
-            await send_message(sock, conn, busy, self.runtime)
-            events.emit(Event.BUSY, peer_pid=peer.pid, predecessor_pid=leaving.pid)
             return
         history = self.reign.record.successions_ms
         refusal = refusal or policy(self.settings, save, history, now_ms)

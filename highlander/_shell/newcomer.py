@@ -49,6 +49,7 @@ from highlander._core.policy import (
     Signal,
     Transition,
 )
+from highlander._core.sharing import ShareMode
 from highlander._core.values import Value
 from highlander._host.claim import Reign
 from highlander._host.event_log import Event
@@ -56,6 +57,7 @@ from highlander._host.identity import Expected, is_halted
 from highlander._host.modes import Mode
 from highlander._host.settings import Settings
 from highlander._host.waiting import Waiter
+from highlander._shell.attaching import Declined, Relay, attach
 from highlander._shell.backend import LOCAL
 from highlander._shell.client import Greeting, Mismatch, QueueFull, Silent, greet
 from highlander._shell.live import SaveEcho
@@ -83,8 +85,8 @@ async def acquire(
     backend: Backend = LOCAL,
     *,
     first: tuple[socket.socket, int] | None = None,
-) -> Reign | Duplicate:
-    """Hold the project (or learn that we run as a duplicate); see the module docstring.
+) -> Reign | Duplicate | Relay:
+    """Hold the project (or learn that we run as a duplicate, or attach); see the module docstring.
 
     ``waiter`` is :data:`~highlander._host.waiting.BLOCKING` for the sync API (run
     with :func:`~highlander._host.waiting.run_blocking`), ``ANYIO`` for the async one.
@@ -92,6 +94,8 @@ async def acquire(
     runs out, :class:`AcquireTimeoutError`.  ``backend``: where holders meet
     (:mod:`highlander._shell.backend`).  ``first``: a conversation the caller
     opened already (``backend.open``) and when (wall ms), for the first attempt.
+    In share mode the holder may serve our client instead (:class:`Relay`:
+    :mod:`highlander._shell.attaching`).
     """
     try:
         if timeout is None:
@@ -108,8 +112,8 @@ async def acquire(
 
 async def _acquire(
     settings: Settings, waiter: Waiter, backend: Backend, first: tuple[socket.socket, int] | None
-) -> Reign | Duplicate:
-    policy = Policy(settings.timeouts)
+) -> Reign | Duplicate | Relay:
+    policy, declined = Policy(settings.timeouts), Declined()
     while isinstance(policy.next_attempt(), Claim):
         check(waiter)
         reign = backend.claim(settings)
@@ -117,9 +121,9 @@ async def _acquire(
             return reign
         if settings.mode is not Mode.AUTO:
             return Duplicate()
-        found = await _attempt(settings, waiter, backend, first)
+        found = await _attempt(settings, waiter, backend, declined, first)
         first = None
-        if isinstance(found, Reign):
+        if isinstance(found, Reign | Relay):
             return found
         look = backend.look(settings, waiter.now())
         decision = policy.settle(found, look)
@@ -196,8 +200,9 @@ async def _attempt(
     settings: Settings,
     waiter: Waiter,
     backend: Backend,
+    declined: Declined,
     dialled: tuple[socket.socket, int] | None = None,
-) -> Reign | Setback:
+) -> Reign | Relay | Setback:
     if dialled is not None:
         sock: socket.socket | None
         sock, connected_ms = dialled
@@ -218,7 +223,8 @@ async def _attempt(
             return backend.silent(settings, greeting, connected_ms)
         if greeting.hello.pid == os.getpid():
             raise claimed_twice(settings)
-        return await _succeed(settings, greeting, fds, backend)
+        shared = await _shared(settings, greeting, declined)
+        return shared if shared is not None else await _succeed(settings, greeting, fds, backend)
     except (BrokenPipeError, ConnectionResetError, TimeoutError):
         # The holder went away mid-conversation (e.g. it was just deposed), or
         # stopped reading: the next attempt finds out which, under deadlines.
@@ -226,6 +232,15 @@ async def _attempt(
     finally:
         close_fds(fds)
         sock.close()
+
+
+async def _shared(
+    settings: Settings, greeting: Greeting, declined: Declined
+) -> Relay | Setback | None:
+    """Share mode: attach to the holder (or why not); ``None``: succeed it."""
+    if settings.share is ShareMode.OFF:
+        return None
+    return await attach(settings, greeting, declined)
 
 
 def _hello_target(greeting: Greeting, lock_path: str | None) -> Expected:

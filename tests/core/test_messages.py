@@ -13,6 +13,8 @@ from highlander._core.messages import (
     MAX_HANDOFF_BYTES,
     MESSAGE_TYPES,
     AckSuccession,
+    Attach,
+    Attached,
     Busy,
     Hello,
     Intent,
@@ -38,7 +40,20 @@ VALID: dict[type[Message], dict[str, Any]] = {
         "generation": 7,
         "since_ms": 1_000,
         "nonce": NONCE_A,
+        "build": "1.4.2",
+        "fingerprint": "0f" * 16,
+        "shares": True,
     },
+    Attach: {
+        "pid": 4343,
+        "start_time": 0,
+        "nonce": NONCE_B,
+        "echo": NONCE_A,
+        "app": "demo-app",
+        "build": "1.4.2",
+        "fingerprint": "0f" * 16,
+    },
+    Attached: {"generation": 7, "sessions": 1},
     Save: {
         "pid": 4343,
         "start_time": 0,
@@ -67,6 +82,10 @@ VALID: dict[type[Message], dict[str, Any]] = {
 VALID_EDGES: list[tuple[type[Message], dict[str, Any]]] = [
     (Hello, {"pid": 2**63 - 1}),
     (Hello, {"exe": ""}),
+    (Hello, {"build": "", "fingerprint": "", "shares": False}),
+    (Hello, {"build": "b" * 128}),
+    (Attach, {"build": "", "fingerprint": ""}),
+    (Attached, {"sessions": 2**63 - 1}),
     (Hello, {"exe": "x" * 4096, "app": "é" * 4096}),
     (Save, {"intent": Intent.STOP}),
     (Save, {"nonce": NONCE_A}),  # the same value as echo is not a field error
@@ -111,6 +130,8 @@ INVALID: list[tuple[type[Message], str, Any]] = [
             (Saved, ["generation"]),
             (Busy, ["pid", "start_time"]),
             (StatusReply, ["pid", "generation", "since_ms"]),
+            (Attach, ["pid", "start_time"]),
+            (Attached, ["generation", "sessions"]),
         ]
         for name in names
         for bad in [True, False, -1, 1.0, "1", None, 2**63]
@@ -120,6 +141,8 @@ INVALID: list[tuple[type[Message], str, Any]] = [
     (Save, "pid", 0),
     (Busy, "pid", 0),
     (StatusReply, "pid", 0),
+    (Attach, "pid", 0),
+    (Attached, "sessions", 0),
     # optional integers: None is fine, the rest is not
     *[
         (ProgressReport, name, bad)
@@ -133,6 +156,7 @@ INVALID: list[tuple[type[Message], str, Any]] = [
             (Hello, ["nonce"]),
             (Save, ["nonce", "echo"]),
             (Status, ["nonce", "echo"]),
+            (Attach, ["nonce", "echo"]),
         ]
         for name in names
         for bad in BAD_NONCES
@@ -156,7 +180,14 @@ INVALID: list[tuple[type[Message], str, Any]] = [
     (StatusReply, "mode", ""),
     (StatusReply, "mode", "m" * 17),
     (StatusReply, "mode", None),
+    (Hello, "build", "b" * 129),
+    (Hello, "fingerprint", None),
+    (Attach, "app", ""),
+    (Attach, "build", None),
+    (Attach, "fingerprint", "f" * 129),
     # booleans
+    (Hello, "shares", 1),
+    (Hello, "shares", None),
     (StatusReply, "busy", 1),
     (StatusReply, "busy", 0),
     (StatusReply, "busy", None),

@@ -26,6 +26,7 @@ NEWCOMER_STATES = frozenset(
         State.READY,
         State.AWAIT_SAVED,
         State.AWAIT_STATUS,
+        State.AWAIT_ATTACHED,
         State.MUST_ACK,
         State.AWAIT_EXIT,
     }
@@ -36,11 +37,12 @@ INCUMBENT_STATES = frozenset(
         State.AWAIT_REQUEST,
         State.SAVING,
         State.REPLYING,
+        State.ADMITTING,
         State.AWAIT_ACK,
         State.DEPOSED,
     }
 )
-SHARED_STATES = frozenset({State.DONE, State.CLOSED, State.ERROR})
+SHARED_STATES = frozenset({State.RELAYING, State.DONE, State.CLOSED, State.ERROR})
 ROLE_STATES = {
     Role.NEWCOMER: NEWCOMER_STATES | SHARED_STATES,
     Role.INCUMBENT: INCUMBENT_STATES | SHARED_STATES,
@@ -70,9 +72,9 @@ def test_state_sets_partition_the_enum() -> None:
 
 
 def test_enumeration_is_complete() -> None:
-    assert len(ALL_COMBINATIONS) == 2 * len(State) * 2 * 9
-    assert len(LEGAL) == len(TRANSITIONS) == 24
-    assert len(LEGAL) + len(ILLEGAL) == len(ALL_COMBINATIONS) - 2 * 2 * 9
+    assert len(ALL_COMBINATIONS) == 2 * len(State) * 2 * 11
+    assert len(LEGAL) == len(TRANSITIONS) == 32
+    assert len(LEGAL) + len(ILLEGAL) == len(ALL_COMBINATIONS) - 2 * 2 * 11
 
 
 def test_initial_states() -> None:
@@ -168,6 +170,7 @@ def test_waiting_phases_exactly() -> None:
         (Role.NEWCOMER, State.AWAIT_HELLO): Phase.HELLO,
         (Role.NEWCOMER, State.AWAIT_SAVED): Phase.STALL,
         (Role.NEWCOMER, State.AWAIT_STATUS): Phase.REPLY,
+        (Role.NEWCOMER, State.AWAIT_ATTACHED): Phase.REPLY,
         (Role.NEWCOMER, State.AWAIT_EXIT): Phase.EXIT,
         (Role.INCUMBENT, State.AWAIT_REQUEST): Phase.REQUEST,
         (Role.INCUMBENT, State.AWAIT_ACK): Phase.ACK,
@@ -189,7 +192,7 @@ def test_waiting_for_matches_table(role: Role, state: State) -> None:
 
 
 def test_endings() -> None:
-    assert frozenset({State.DONE, State.DEPOSED, State.AWAIT_EXIT}) == ENDINGS
+    assert frozenset({State.DONE, State.DEPOSED, State.AWAIT_EXIT, State.RELAYING}) == ENDINGS
 
 
 def test_role_peer() -> None:

@@ -1,0 +1,139 @@
+"""The newcomer's side of share mode: choose from HELLO, ATTACH, become a relay.
+
+After a verified HELLO, :func:`attach` takes the rules' choice
+(:func:`highlander._core.sharing.newcomer_chooses`): attach, succeed as
+without share mode (the reason logged, ``share_declined``), or refuse to
+start (``only``: :class:`ShareRefusedError`).  Attaching is a signed ATTACH
+under the same token, uid and identity checks as SAVE; on ATTACHED this
+process stops being a server: :func:`become_relay` replaces it (``exec``)
+by the stdlib-only relay of :mod:`highlander._relay`, which pumps its
+client's stdio to the holder's session and back.  The relay is small (no
+application code, no Highlander import) and keeps the pid, so the client
+never notices.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import NoReturn
+
+from highlander._core.errors import HighlanderError, Reason, ShareRefusedError
+from highlander._core.messages import Attach, Attached, Busy, Refused
+from highlander._core.policy import Changed, Leaving, Setback
+from highlander._core.sharing import EXPLAINED, Choice, ShareMode, newcomer_chooses
+from highlander._core.values import Value
+from highlander._host.event_log import Event, Outcome
+from highlander._host.identity import Expected, is_halted, own_identity
+from highlander._host.settings import Settings
+from highlander._shell.client import Greeting
+from highlander._shell.setbacks import HolderMissed
+from highlander._shell.wire import Overdue, receive_event, send_message
+
+#: The relay program (stdlib only), run with ``python -I -S``.
+RELAY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_relay.py")
+
+
+class Relay(Value):
+    """A holder serves our client now: the connection to hand the relay, and what it read."""
+
+    fd: int
+    rest: bytes
+    holder: int
+    generation: int
+    sessions: int
+
+
+class Declined:
+    """Whether a holder refused our ATTACH in this acquire (then: succession, as unshared)."""
+
+    def __init__(self) -> None:
+        """Not declined yet."""
+        self.reason: Reason | None = None
+
+
+async def attach(
+    settings: Settings, greeting: Greeting, declined: Declined
+) -> Relay | Setback | None:
+    """Attach to the holder ``greeting`` verified, if the rules say so; ``None``: succeed it."""
+    hello, peer = greeting.hello, greeting.peer
+    if declined.reason is not None:
+        return None
+    verdict = newcomer_chooses(settings.share, settings.build(), hello)
+    if verdict.choice is not Choice.ATTACH:
+        if verdict.reason is not None:
+            _declined(settings, peer.pid, verdict.reason, refuse=verdict.choice is Choice.REFUSE)
+        return None
+    conn, waiter, build, me = greeting.conn, greeting.waiter, settings.build(), own_identity()
+    assert conn.peer_nonce is not None
+    request = Attach(
+        me.pid, me.start_time, conn.local_nonce.hex(), conn.peer_nonce.hex(), settings.app,
+        build.version, build.fingerprint,
+    )  # fmt: skip
+    await send_message(greeting.sock, conn, request, waiter)
+    try:
+        answer = await receive_event(greeting.sock, conn, waiter)
+    except Overdue as exc:
+        # Verified, then silent: hung as a holder that misses SAVE's answer is.
+        target = Expected(hello.pid, hello.start_time, hello.exe, peer.uid, None, None)
+        halted = greeting.local and is_halted(peer.pid)
+        return HolderMissed(exc.deadline.phase.value, halted, target=target)
+    return _answered(settings, greeting, answer, declined)
+
+
+def _answered(
+    settings: Settings, greeting: Greeting, answer: object, declined: Declined
+) -> Relay | Setback:
+    """What the holder's answer to our ATTACH means for this acquire."""
+    peer = greeting.peer
+    if isinstance(answer, Busy):
+        settings.events.emit(Event.BUSY, peer_pid=peer.pid, successor_pid=answer.pid)
+        return Leaving(peer.pid)
+    if isinstance(answer, Refused):
+        only = settings.share is ShareMode.ONLY
+        _declined(settings, peer.pid, answer.reason, refuse=only)
+        declined.reason = answer.reason
+        return Changed()  # the next attempt, on a new connection, succeeds it
+    if not isinstance(answer, Attached):
+        return Changed()  # it went away: look again
+    fd = os.dup(greeting.sock.fileno())  # the attempt closes its socket; the relay keeps this
+    rest = greeting.conn.unframed()
+    return Relay(fd, rest, greeting.hello.pid, answer.generation, answer.sessions)
+
+
+def _declined(settings: Settings, pid: int, reason: Reason, *, refuse: bool) -> None:
+    why = EXPLAINED.get(reason, reason.value)
+    settings.events.emit(Event.SHARE_DECLINED, peer_pid=pid, reason=reason, detail=why)
+    if refuse:
+        raise ShareRefusedError(
+            f"cannot share the holder (pid {pid}) of {settings.paths.socket}: {why}; with "
+            "HIGHLANDER_SHARE=only this process does not replace it. Align the two "
+            "configurations, or set HIGHLANDER_SHARE=on to let this server take over"
+        )
+
+
+def become_relay(settings: Settings, relay: Relay) -> NoReturn:
+    """Replace this process by the relay (never returns; raises if it cannot start)."""
+    from highlander._host.log import flush  # noqa: PLC0415
+
+    settings.events.emit(
+        Event.ATTACHED,
+        peer_pid=relay.holder,
+        generation=relay.generation,
+        sessions=relay.sessions,
+        outcome=Outcome.ATTACHED,
+    )
+    flush()
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()  # the application's own lines, written before it called us
+    os.set_inheritable(relay.fd, True)
+    argv = [sys.executable, "-I", "-S", RELAY, str(relay.fd), relay.rest.hex()]
+    try:
+        os.execv(sys.executable, argv)  # noqa: S606 - the relay replaces us, by design
+    except OSError as exc:
+        os.close(relay.fd)
+        raise HighlanderError(
+            f"cannot start the share-mode relay ({sys.executable} {RELAY}): {exc}; "
+            "set HIGHLANDER_SHARE=off to run this server on its own"
+        ) from exc
