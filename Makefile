@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(PY) -m scripts.bench.etcd
 	$(PY) -m scripts.bench.etcd_scale
 	$(PY) -m scripts.bench.etcd_succession
+	$(PY) -m scripts.bench.share
 
 chaos: $(STAMP)
 	$(PY) -m scripts.chaos --events 500 --seed 1

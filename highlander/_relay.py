@@ -13,9 +13,9 @@ or exits after :data:`LINGER` seconds regardless.  The holder ending the
 session first closes stdout: the client sees its server leave.
 """
 
+import _socket  # not socket: its enum and io imports cost the relay 1 MB of its ~9
 import os
 import select
-import socket
 import sys
 import time
 
@@ -42,7 +42,7 @@ def _read(fd: int) -> bytes:
         return b""
 
 
-def relay(conn: socket.socket, rest: bytes) -> int:
+def relay(conn: _socket.socket, rest: bytes) -> int:
     """Pump stdin to ``conn`` and ``conn`` to stdout until the session ends; the exit status."""
     if rest and not _write_all(1, rest):
         return 0
@@ -69,7 +69,7 @@ def relay(conn: socket.socket, rest: bytes) -> int:
             else:
                 poller.unregister(0)
                 try:
-                    conn.shutdown(socket.SHUT_WR)
+                    conn.shutdown(_socket.SHUT_WR)
                 except OSError:
                     return 0
                 deadline = time.monotonic() + LINGER
@@ -77,7 +77,7 @@ def relay(conn: socket.socket, rest: bytes) -> int:
 
 def main(argv: list[str]) -> int:
     """``_relay.py FD [REST]``: see the module docstring."""
-    conn = socket.socket(fileno=int(argv[1]))
+    conn = _socket.socket(fileno=int(argv[1]))
     conn.setblocking(True)
     rest = bytes.fromhex(argv[2]) if len(argv) > 2 else b""
     return relay(conn, rest)

@@ -171,6 +171,12 @@ class Settings:
         directory = runtime_directory(runtime_dir, env)
         paths = project_paths(directory, name, root, secret=names_key(directory))
         chosen = resolve_mode(mode, env)
+        sharing = share_mode(share, env)
+        if chosen_backend is not None and sharing is not ShareMode.OFF:
+            raise ConfigurationError(
+                "share mode serves the clients of one machine, and the backend is etcd: "
+                "unset HIGHLANDER_SHARE (share=) or HIGHLANDER_BACKEND (backend=)"
+            )
         if chosen_backend is not None:
             from pathlib import Path  # noqa: PLC0415 - etcd only
 
@@ -192,7 +198,7 @@ class Settings:
             backend=chosen_backend,
             project_id=project_id if chosen_backend is not None else None,
             lease_ttl=lease_ttl(env) if chosen_backend is not None else 5,
-            share=share_mode(share, env),
+            share=sharing,
             build=build,
         )
 

@@ -68,8 +68,14 @@ class Client:
 
 
 @asynccontextmanager
-async def client(name: str, server: StdioServerParameters, errlog: Path) -> AsyncIterator[Client]:
-    """A client named ``name`` whose roots are ``file:///<name>``."""
+async def client(
+    name: str, server: StdioServerParameters, errlog: Path, *, modern: bool = False
+) -> AsyncIterator[Client]:
+    """A client named ``name`` whose roots are ``file:///<name>``.
+
+    ``modern``: it opens with ``server/discover`` (2026-07-28, no handshake)
+    instead of ``initialize`` (2025-11-25).
+    """
     faults: list[Exception] = []
 
     async def on_message(message: Any) -> None:
@@ -88,7 +94,7 @@ async def client(name: str, server: StdioServerParameters, errlog: Path) -> Asyn
             ) as session,
         ):  # fmt: skip
             with anyio.fail_after(WAIT):
-                await session.initialize()
+                await (session.discover() if modern else session.initialize())
             yield Client(name, session, faults)
 
 

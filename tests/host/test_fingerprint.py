@@ -68,3 +68,14 @@ def test_build_from_argument_then_environment_then_the_main_file(tmp_path: Path)
     before = build()
     script.write_text(show + "\n# edited\n")  # an edited server is another build
     assert "file:" in before and build() != before
+
+
+def test_share_mode_and_an_etcd_backend_are_refused_together(tmp_path: Path) -> None:
+    from highlander._host.settings import Settings
+
+    env = {"HIGHLANDER_SHARE": "on", "HIGHLANDER_PROJECT_ID": "example.com/p"}
+    with pytest.raises(ConfigurationError, match="unset HIGHLANDER_SHARE"):
+        Settings.resolve(
+            app="a", project=tmp_path, mode=None, token="t" * 32, timeouts=None,
+            runtime_dir=tmp_path / "rt", env=env, backend="etcd://127.0.0.1:2379",
+        )  # fmt: skip
