@@ -27,6 +27,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.types import CONNECTION_CLOSED
 
+from tests.cli import test_mcp_e2e as e2e
 from tests.cli.test_mcp_e2e import Processes, events, processes, server_env
 from tests.support.paths import EXAMPLES
 from tests.support.proctools import WAIT
@@ -50,21 +51,15 @@ def params(tmp_path: Path, **env: str) -> StdioServerParameters:
 
 
 @dataclass
-class Client:
-    """One connected client and what it saw."""
+class Client(e2e.Client):
+    """One connected client, named, and what it saw."""
 
-    name: str
-    session: ClientSession
-    faults: list[Exception] = field(default_factory=list)
+    name: str = ""
 
     async def call(self, tool: str, **arguments: Any) -> Any:
-        """``tool``'s structured result, unwrapped."""
+        """``tool``'s structured result, unwrapped (bounded: a hang guard)."""
         with anyio.fail_after(WAIT):
-            result = await self.session.call_tool(tool, arguments)
-        assert not result.is_error, result.content
-        data = result.structured_content
-        assert data is not None
-        return data["result"] if set(data) == {"result"} else data
+            return await super().call(tool, **arguments)
 
 
 @asynccontextmanager
@@ -95,7 +90,7 @@ async def client(
         ):  # fmt: skip
             with anyio.fail_after(WAIT):
                 await (session.discover() if modern else session.initialize())
-            yield Client(name, session, faults)
+            yield Client(session, faults, name)
 
 
 def _innermost(exc: BaseException) -> BaseException:

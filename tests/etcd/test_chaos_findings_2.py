@@ -142,6 +142,18 @@ def test_a_move_that_lands_after_the_newcomer_gave_up_on_it_keeps_the_handoff(
         hl.release()
 
 
+def _start(
+    kids: Children, etcd: Cluster, project: str, host: str, *, ttl: str | None = None, **cfg: Any
+) -> Child:
+    """A child holding (or claiming) ``project`` on simulated host ``host``."""
+    extra = {"HIGHLANDER_ETCD_TTL": ttl} if ttl else {}
+    env = kids.env(
+        HIGHLANDER_BACKEND=etcd.backend, HIGHLANDER_PROJECT_ID=project, HIGHLANDER_HOST_ID=host,
+        **extra,
+    )  # fmt: skip
+    return kids.start(env, **cfg)
+
+
 #: The chaos run's own deadlines (scripts/chaos/schedule.py): a 2 s ceiling.
 CHAOS = {"hello": 0.5, "stall": 0.6, "ceiling": 2.0, "exit_grace": 0.5, "request": 2.0}
 #: BUSY answers naming the newcomer itself as the successor, past which the stall is clear.
@@ -154,13 +166,7 @@ def test_a_save_that_advances_forever_is_fenced_at_the_ceiling(
     project = f"example.com/tests/{uuid.uuid4().hex}"
 
     def start(host: str, **cfg: Any) -> Child:
-        env = kids.env(
-            HIGHLANDER_BACKEND=etcd.backend,
-            HIGHLANDER_PROJECT_ID=project,
-            HIGHLANDER_ETCD_TTL="2",
-            HIGHLANDER_HOST_ID=host,
-        )
-        return kids.start(env, timeouts=CHAOS, hold=600, **cfg)
+        return _start(kids, etcd, project, host, timeouts=CHAOS, hold=600, ttl="2", **cfg)
 
     first = start("h1", save="forever", step_delay=0.15)
     first.wait_for("ready")
@@ -185,10 +191,7 @@ def test_a_newcomer_begins_only_after_an_incumbent_slow_to_learn_its_move_let_go
     project = f"example.com/tests/{uuid.uuid4().hex}"
 
     def start(host: str, **cfg: Any) -> Child:
-        env = kids.env(
-            HIGHLANDER_BACKEND=etcd.backend, HIGHLANDER_PROJECT_ID=project, HIGHLANDER_HOST_ID=host
-        )
-        return kids.start(env, timeouts=FAST, **cfg)
+        return _start(kids, etcd, project, host, timeouts=FAST, **cfg)
 
     first = start("h1", after_move={"delay": 6.0})
     first.wait_for("ready")

@@ -305,10 +305,10 @@ def hello_frame(mac_key):
     start_time = int(stat[stat.rindex(b")") + 2:].split()[19])
     nonce = os.urandom(16)
     fields = {
-        "app": "child", "exe": os.readlink("/proc/self/exe"), "generation": 1,
-        "nonce": nonce.hex(), "pid": os.getpid(), "seq": 0,
-        "since_ms": int(time.time() * 1000), "start_time": start_time,
-        "type": "HELLO", "v": 1,
+        "app": "child", "build": "", "exe": os.readlink("/proc/self/exe"),
+        "fingerprint": "", "generation": 1, "nonce": nonce.hex(), "pid": os.getpid(),
+        "seq": 0, "shares": False, "since_ms": int(time.time() * 1000),
+        "start_time": start_time, "type": "HELLO", "v": 1,
     }
     payload = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
     if mac_key is None:
