@@ -81,7 +81,7 @@ def share_mode(given: ShareMode | str | bool | None, env: Mapping[str, str]) -> 
     """``share=`` (``True`` is ``on``), else ``HIGHLANDER_SHARE``, else ``off``."""
     if isinstance(given, bool):
         return ShareMode.ON if given else ShareMode.OFF
-    spelled = given if given is not None else env.get(SHARE_VAR, "").strip().lower() or "off"
+    spelled = (given if given is not None else env.get(SHARE_VAR, "")).strip().lower() or "off"
     try:
         return ShareMode(spelled)
     except ValueError:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import NoReturn
 
 from highlander._core.errors import HighlanderError, Reason, ShareRefusedError
 from highlander._core.messages import Attach, Attached, Busy, Refused
@@ -24,11 +23,14 @@ from highlander._core.policy import Changed, Leaving, Setback
 from highlander._core.sharing import EXPLAINED, Choice, ShareMode, newcomer_chooses
 from highlander._core.values import Value
 from highlander._host.event_log import Event, Outcome
-from highlander._host.identity import Expected, is_halted, own_identity
+from highlander._host.identity import own_identity
 from highlander._host.settings import Settings
 from highlander._shell.client import Greeting
-from highlander._shell.setbacks import HolderMissed
-from highlander._shell.wire import Overdue, receive_event, send_message
+from highlander._shell.wire import receive_event, send_message
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms): a newcomer's path
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 #: The relay program (stdlib only), run with ``python -I -S``.
 RELAY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_relay.py")
@@ -56,13 +58,14 @@ async def attach(
     settings: Settings, greeting: Greeting, declined: Declined
 ) -> Relay | Setback | None:
     """Attach to the holder ``greeting`` verified, if the rules say so; ``None``: succeed it."""
-    hello, peer = greeting.hello, greeting.peer
+    hello = greeting.hello
     if declined.reason is not None:
         return None
     verdict = newcomer_chooses(settings.share, settings.build(), hello)
     if verdict.choice is not Choice.ATTACH:
         if verdict.reason is not None:
-            _declined(settings, peer.pid, verdict.reason, refuse=verdict.choice is Choice.REFUSE)
+            refuse = verdict.choice is Choice.REFUSE
+            _declined(settings, greeting.peer.pid, verdict.reason, refuse=refuse)
         return None
     conn, waiter, build, me = greeting.conn, greeting.waiter, settings.build(), own_identity()
     assert conn.peer_nonce is not None
@@ -71,13 +74,8 @@ async def attach(
         build.version, build.fingerprint,
     )  # fmt: skip
     await send_message(greeting.sock, conn, request, waiter)
-    try:
-        answer = await receive_event(greeting.sock, conn, waiter)
-    except Overdue as exc:
-        # Verified, then silent: hung as a holder that misses SAVE's answer is.
-        target = Expected(hello.pid, hello.start_time, hello.exe, peer.uid, None, None)
-        halted = greeting.local and is_halted(peer.pid)
-        return HolderMissed(exc.deadline.phase.value, halted, target=target)
+    # A missed deadline raises Overdue: the newcomer judges it as a missed SAVE answer.
+    answer = await receive_event(greeting.sock, conn, waiter)
     return _answered(settings, greeting, answer, declined)
 
 

@@ -240,7 +240,10 @@ async def _shared(
     """Share mode: attach to the holder (or why not); ``None``: succeed it."""
     if settings.share is ShareMode.OFF:
         return None
-    return await attach(settings, greeting, declined)
+    try:
+        return await attach(settings, greeting, declined)
+    except Overdue as exc:
+        return _missed(settings, greeting, exc)
 
 
 def _hello_target(greeting: Greeting, lock_path: str | None) -> Expected:
@@ -251,6 +254,13 @@ def _hello_target(greeting: Greeting, lock_path: str | None) -> Expected:
     """
     hello = greeting.hello
     return Expected(hello.pid, hello.start_time, hello.exe, greeting.peer.uid, None, lock_path)
+
+
+def _missed(settings: Settings, greeting: Greeting, exc: Overdue) -> HolderMissed:
+    """The verified holder missed its answer's deadline (to SAVE or ATTACH); it holds the lock."""
+    target = _hello_target(greeting, settings.paths.lock)
+    halted = greeting.local and is_halted(greeting.peer.pid)
+    return HolderMissed(exc.deadline.phase.value, halted, target=target)
 
 
 async def _succeed(
@@ -264,9 +274,7 @@ async def _succeed(
                 settings, greeting, Intent.SUCCEED, live.report, fds, spare_starved=greeting.local
             )
     except Overdue as exc:
-        target = _hello_target(greeting, settings.paths.lock)
-        halted = greeting.local and is_halted(peer.pid)
-        return HolderMissed(exc.deadline.phase.value, halted, target=target)
+        return _missed(settings, greeting, exc)
     if isinstance(event, Closed):
         events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="save", reason="incumbent vanished")
         return Changed()

@@ -5,8 +5,6 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from highlander._core.errors import Reason
 from highlander._core.messages import Attach, Hello
@@ -99,26 +97,26 @@ def test_every_refusal_is_explained() -> None:
         assert EXPLAINED[reason]
 
 
-builds = st.sampled_from(["", "1", "1.0", "1.1", "2.0rc1", "2.0", "abc"])
-prints = st.sampled_from(["", FP, "other"])
+BUILDS = ["", "1", "1.0", "1.1", "2.0rc1", "2.0", "abc"]
+PRINTS = ["", FP, "other"]
 
 
-@given(builds, prints, builds, prints, st.booleans(), st.sampled_from(list(ShareMode)))
-def test_both_sides_agree(
-    mine: str, my_print: str, theirs: str, their_print: str, shares: bool, mode: ShareMode
-) -> None:
-    """A newcomer attaches only where the holder admits it: never an ATTACH it refuses."""
-    verdict = newcomer_chooses(
-        mode, Build(mine, my_print), hello(theirs, their_print, shares=shares)
-    )
-    admitted = incumbent_admits(shares, "notes", Build(theirs, their_print), attach(mine, my_print))
-    assert (verdict.choice is Choice.ATTACH) == (admitted is None and mode is not ShareMode.OFF)
-
-
-def test_every_combination_of_the_small_domain() -> None:
-    """The same agreement, exhaustively, over every pair of the domain above."""
-    values = ["", "1", "1.0", "1.1", "2.0rc1", "2.0", "abc"]
-    for mine, theirs, shares in itertools.product(values, values, [True, False]):
-        verdict = newcomer_chooses(ShareMode.ON, Build(mine, FP), hello(theirs, FP, shares=shares))
-        admitted = incumbent_admits(shares, "notes", Build(theirs, FP), attach(mine, FP))
-        assert (verdict.choice is Choice.ATTACH) == (admitted is None), (mine, theirs, shares)
+def test_both_sides_agree_over_the_whole_small_domain() -> None:
+    """A newcomer attaches exactly where the holder admits it: never an ATTACH it refuses."""
+    for mine, my_print, theirs, their_print, shares, mode in itertools.product(
+        BUILDS, PRINTS, BUILDS, PRINTS, [True, False], list(ShareMode)
+    ):
+        hello_ = hello(theirs, their_print, shares=shares)
+        verdict = newcomer_chooses(mode, Build(mine, my_print), hello_)
+        admitted = incumbent_admits(
+            shares, "notes", Build(theirs, their_print), attach(mine, my_print)
+        )
+        expected = admitted is None and mode is not ShareMode.OFF
+        assert (verdict.choice is Choice.ATTACH) == expected, (
+            mine,
+            my_print,
+            theirs,
+            their_print,
+            shares,
+            mode,
+        )
