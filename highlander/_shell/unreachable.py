@@ -40,15 +40,19 @@ async def end_unreachable_holder(
     """The lock is held but nobody listens (or accepts): end the verified holder, or explain.
 
     ``seen`` is the (pid, generation) of the record the patience ran out
-    under: a holder that claimed since (a successor that has not published
-    its socket yet) is not the one that kept us waiting, and is left alone.
+    under, ``None`` if there was none: a holder that claimed since (a
+    successor that has not published its socket yet) is not the one that
+    kept us waiting, and is left alone.
     """
     blocker = None if queue_full else in_the_way(settings.paths.socket)
     if blocker is not None:
         raise blocked_error(settings, blocker)  # the holder cannot publish over it; not hung
     record = read_record(settings.paths.state)
-    if record is not None and seen is not None and (record.pid, record.generation) != seen:
-        return  # a new reign began meanwhile: look at it afresh
+    if record is not None and (record.pid, record.generation) != seen:
+        # A new reign began meanwhile (also when the patience ran out under no
+        # readable record: a claimer writes its record right after binding, so a
+        # record that appeared is a live holder, chaos seed 3): look at it afresh.
+        return
     target = record_target(settings, record)
     why = "queue full" if queue_full else "no socket"
     settings.events.emit(Event.UNREACHABLE, socket=settings.paths.socket, reason=why)

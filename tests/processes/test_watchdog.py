@@ -12,7 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.proctools import Children
+from highlander._core.deadlines import Timeouts
+from highlander._host.settings import Settings
+from highlander._host.waiting import BLOCKING, run_blocking
+from highlander._shell.unreachable import end_unreachable_holder
+from tests.support.proctools import TOKEN, Children
 
 FAST = {"hello": 0.5, "stall": 0.6, "ceiling": 1.5, "exit_grace": 0.5, "term_grace": 0.5}
 
@@ -229,3 +233,30 @@ def test_a_holder_whose_connection_queue_stays_full_is_verified_and_ended(kids: 
     (hung,) = kids.events("hung")
     assert (hung["phase"], hung["peer_pid"]) == ("queue", holder.pid)
     assert [e["reason"] for e in kids.events("killed")] == ["queue full"]
+
+
+def test_a_holder_that_claimed_after_a_recordless_patience_ran_out_is_left_alone(
+    kids: Children,
+) -> None:
+    """Chaos seed 3: a newcomer's patience with a socketless holder ran out while the
+    record was unreadable (corrupted); a newcomer beside it claimed the project and
+    wrote its record in the millisecond before the ending read it, and the healthy
+    new holder was SIGTERMed.  No record when the patience began, one now: a new
+    reign, looked at afresh, never signalled."""
+    holder = kids.start()
+    assert holder.wait_for("ready")["is_holder"]
+    settings = Settings.resolve(
+        app="child",
+        project=str(kids.project),
+        mode=None,
+        token=TOKEN,
+        timeouts=Timeouts(**FAST),
+        runtime_dir=str(kids.runtime),
+        env=kids.env(),
+    )
+    for sock in kids.runtime.glob("*.sock"):
+        sock.unlink()  # nobody listens: what the patience ran out on
+    run_blocking(end_unreachable_holder(settings, BLOCKING, queue_full=False, seen=None))
+    time.sleep(0.2)  # a SIGTERM would have landed by now
+    assert holder.proc.poll() is None
+    assert [e for e in kids.events() if e["event"] in ("hung", "terminated", "killed")] == []
