@@ -7,8 +7,9 @@ Start it from two MCP clients with the same configuration and
 
 The first copy serves; the second becomes a small relay between its client
 and that one server (it does not replace it), so both clients see the same
-notes and neither is disconnected.  A newer build (``NOTES_BUILD``, passed as
-``build=``) replaces the server with today's handover instead.  Besides the
+notes and neither is disconnected.  A newer build (this file edited, or
+``NOTES_BUILD``, passed as ``build=``) replaces the server with today's
+handover, and every relay carries its client over to the new server.  Besides the
 notes tools it has three that show what is per client: ``who_calls`` (the
 server's pid and the client's name), ``count_to`` (progress, per caller) and
 ``my_roots`` (a ``roots/list`` request to the calling client).
@@ -54,7 +55,7 @@ async def my_roots(ctx: Context) -> list[str]:
 def main() -> None:
     """Hold the project, or attach to its server; then serve every client."""
     hl = Highlander.ensure_singleton(
-        app="notes", on_save=save, build=os.environ.get("NOTES_BUILD", "1.0")
+        app="notes", on_save=save, build=os.environ.get("NOTES_BUILD")
     )
     restore(hl.handoff)
     highlander.mcp.run(server, hl)

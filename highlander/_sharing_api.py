@@ -4,6 +4,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
+    import threading
     from collections.abc import Callable
 
     from highlander._shell.sessions import Session, Sessions
@@ -14,6 +15,7 @@ class SharingApi:
 
     _sessions: Sessions | None = None
     _serve_attached: Callable[[Session], None] | None = None
+    _deposed: threading.Event
 
     def serve_attached(self, serve: Callable[[Session], None] | None) -> None:
         """Serve every client a share-mode newcomer attaches with ``serve`` (``None``: stop).
@@ -35,6 +37,21 @@ class SharingApi:
     def attached(self) -> int:
         """How many attached sessions this holder serves now."""
         return self._sessions.open if self._sessions is not None else 0
+
+    def promote(self, wait: float) -> bool:
+        """Our own client left: hand every attached session, and the project, to a relay.
+
+        Ends each attached session (:meth:`Sessions.leave`); each relay starts
+        its server again, the first is told ``leaving`` and succeeds us with
+        the handoff, the others attach to it.  Blocks until a successor
+        acknowledged (the default ``on_deposed`` then ends this process) or
+        ``wait`` seconds passed; whether it was deposed.  Nothing to do
+        (``False`` at once) without attached sessions.
+        """
+        if self._sessions is None or not self._sessions.open:
+            return False
+        self._sessions.leave()
+        return self._deposed.wait(wait)
 
     def _sessions_for_reign(self) -> Sessions:
         """The registry the reign's serving side uses (created with it)."""

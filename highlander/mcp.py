@@ -17,16 +17,19 @@ session of that era.  Modern (2026-07-28) clients receive them through
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from typing import Any
 
 import anyio
 import anyio.abc
 import anyio.from_thread
+import anyio.to_thread
 import mcp_types as types
 from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp.shared.message import SessionMessage
 
+from highlander import _relay
 from highlander._highlander import Highlander
 from highlander._mcp_sdk import lowlevel, serve_dual_era_loop, stdio_server
 from highlander._shell.sessions import Session
@@ -35,6 +38,9 @@ __all__ = ["notify_list_changed", "run", "serve"]
 
 #: The longest JSON-RPC line an attached client may send (the SDK's stdio has no limit).
 MAX_LINE = 64 * 1024 * 1024
+#: How long a holder whose client left waits for a relay to take over (the SDK's
+#: stdio client kills its server 2 s after closing stdin; others may not).
+PROMOTE_WAIT = 10.0
 #: The write streams of live sessions, for :func:`notify_list_changed`.
 _writers: set[Any] = set()
 
@@ -48,6 +54,9 @@ async def serve(server: Any, hl: Highlander) -> None:
     """Serve ``server`` like :func:`run`, in the running anyio loop."""
     low = lowlevel(server)
     init = low.create_initialization_options()
+    # Started again by a relay whose holder went: its client's setup, to replay.
+    setup = _relay.Setup(_relay.parse(os.environ.pop(_relay.RESUME, "").encode()))
+    resumed = setup if setup.initialize is not None else None
     loop_thread = threading.get_ident()
     async with (
         low.lifespan(low) as state,
@@ -65,10 +74,15 @@ async def serve(server: Any, hl: Highlander) -> None:
         hl.serve_attached(accept)
         try:
             async with stdio_server() as (read, write):
-                await _serve_streams(low, read, write, state, init)
+                if resumed is None:
+                    await _serve_streams(low, read, write, state, init)
+                else:
+                    await _serve_resumed(low, read, write, state, init, resumed)
+            # Our client left: one of the relays takes over, with the handoff.
+            await anyio.to_thread.run_sync(hl.promote, PROMOTE_WAIT, abandon_on_cancel=True)
         finally:
             hl.serve_attached(None)
-            tg.cancel_scope.cancel()  # stage A: the attached sessions end with the host's
+            tg.cancel_scope.cancel()
 
 
 async def _serve_streams(low: Any, read: Any, write: Any, state: Any, init: Any) -> None:
@@ -77,6 +91,50 @@ async def _serve_streams(low: Any, read: Any, write: Any, state: Any, init: Any)
         await serve_dual_era_loop(low, read, write, lifespan_state=state, init_options=init)
     finally:
         _writers.discard(write)
+
+
+async def _serve_resumed(
+    low: Any, read: Any, write: Any, state: Any, init: Any, setup: _relay.Setup
+) -> None:
+    """Our client's session, started by a relay: its setup replayed, the answers kept from it.
+
+    The client initialized with the server that went; this one is told the
+    same setup under private ids (:func:`highlander._relay.Setup.replay`).
+    A server that answers ``initialize`` otherwise than the old one did
+    (protocol version, capabilities) ends the session: the client sees the
+    server exit rather than a server it did not negotiate with.
+    """
+    in_tx, in_rx = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    out_tx, out_rx = anyio.create_memory_object_stream[SessionMessage](0)
+
+    async def feed() -> None:
+        async with in_tx:
+            for step in setup.replay():
+                message = types.jsonrpc_message_adapter.validate_python(step, by_name=False)
+                await in_tx.send(SessionMessage(message))
+            async for item in read:
+                await in_tx.send(item)
+
+    async def drain() -> None:
+        async with out_rx:
+            async for sent in out_rx:
+                message = sent.message
+                if not _relay.private(getattr(message, "id", None)) or hasattr(message, "method"):
+                    await write.send(sent)
+                    continue
+                told = setup.answered(message.model_dump(mode="json", by_alias=True))
+                if told is None:
+                    tasks.cancel_scope.cancel()  # not the server our client negotiated with
+                    return
+                for line in told:
+                    note = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                    await write.send(SessionMessage(note))
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(feed)
+        tasks.start_soon(drain)
+        await _serve_streams(low, in_rx, out_tx, state, init)
+        tasks.cancel_scope.cancel()
 
 
 async def _serve_session(low: Any, session: Session, state: Any, init: Any) -> None:

@@ -56,6 +56,8 @@ class Reason(enum.StrEnum):
     ``FINGERPRINT``: the ATTACH came from a server configured differently
     (command, working directory or environment: see docs/mcp.md).
     ``NEWER``: the ATTACH came from a newer build, which succeeds instead.
+    ``LEAVING``: the holder's own client left; it hands its sessions and its
+    state to a successor (the newcomer succeeds it, even with share ``only``).
     """
 
     AUTH = "auth"
@@ -70,6 +72,7 @@ class Reason(enum.StrEnum):
     NO_SHARE = "no_share"
     FINGERPRINT = "fingerprint"
     NEWER = "newer"
+    LEAVING = "leaving"
 
 
 class HighlanderError(Exception):

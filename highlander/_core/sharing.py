@@ -127,10 +127,18 @@ def _cannot(mode: ShareMode, why: Reason) -> Verdict:
     return Verdict(Choice.REFUSE if mode is ShareMode.ONLY else Choice.SUCCEED, why)
 
 
-def incumbent_admits(shares: bool, app: str, ours: Build, attach: Attach) -> Reason | None:
-    """Why the holder refuses ``attach`` (``None``: it serves the newcomer's client)."""
+def incumbent_admits(
+    shares: bool, app: str, ours: Build, attach: Attach, *, leaving: bool = False
+) -> Reason | None:
+    """Why the holder refuses ``attach`` (``None``: it serves the newcomer's client).
+
+    ``leaving``: the holder's own client left and it waits for a successor
+    (promotion, docs/mcp.md): every ATTACH is told to succeed it instead.
+    """
     if not shares:
         return Reason.NO_SHARE
+    if leaving:
+        return Reason.LEAVING
     if attach.app != app:
         return Reason.OTHER_APP
     if _newer(attach.build, ours.version):
@@ -152,4 +160,15 @@ EXPLAINED: dict[Reason, str] = {
     ),
     Reason.NEWER: "this build is newer than the holder's: an upgrade replaces it",
     Reason.OTHER_APP: "the holder is another app",
+    Reason.LEAVING: "the holder's own client left: this server takes over its sessions",
 }
+
+
+def succeeds_anyway(reason: Reason) -> bool:
+    """Whether a refused ATTACH still lets a share ``only`` newcomer succeed the holder.
+
+    Only a leaving holder's: it asks for a successor, so replacing it is
+    sharing (the promotion of one of its relays), not the replacement of a
+    holder that could have shared.
+    """
+    return reason is Reason.LEAVING

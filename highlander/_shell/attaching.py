@@ -20,7 +20,13 @@ import sys
 from highlander._core.errors import HighlanderError, Reason, ShareRefusedError
 from highlander._core.messages import Attach, Attached, Busy, Refused
 from highlander._core.policy import Changed, Leaving, Setback
-from highlander._core.sharing import EXPLAINED, Choice, ShareMode, newcomer_chooses
+from highlander._core.sharing import (
+    EXPLAINED,
+    Choice,
+    ShareMode,
+    newcomer_chooses,
+    succeeds_anyway,
+)
 from highlander._core.values import Value
 from highlander._host.event_log import Event, Outcome
 from highlander._host.identity import own_identity
@@ -32,6 +38,10 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms): 
 if TYPE_CHECKING:
     from typing import NoReturn
 
+    from highlander._core.messages import Hello
+
+#: The environment variable that tells the relay how to start its server again.
+RELAY_COMMAND = "HIGHLANDER_RELAY_COMMAND"
 #: The relay program (stdlib only), run with ``python -I -S``.
 RELAY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_relay.py")
 
@@ -47,11 +57,21 @@ class Relay(Value):
 
 
 class Declined:
-    """Whether a holder refused our ATTACH in this acquire (then: succession, as unshared)."""
+    """Which holder refused our ATTACH in this acquire: that one we succeed, as unshared.
+
+    Per holder (pid and generation): a leaving holder refuses every ATTACH
+    and its first newcomer succeeds it; the others must attach to that
+    successor, not succeed it in turn.
+    """
 
     def __init__(self) -> None:
         """Not declined yet."""
         self.reason: Reason | None = None
+        self.by: tuple[int, int] | None = None
+
+    def covers(self, hello: Hello) -> bool:
+        """Whether the holder that sent ``hello`` is the one that refused us."""
+        return self.reason is not None and self.by == (hello.pid, hello.generation)
 
 
 async def attach(
@@ -59,7 +79,7 @@ async def attach(
 ) -> Relay | Setback | None:
     """Attach to the holder ``greeting`` verified, if the rules say so; ``None``: succeed it."""
     hello = greeting.hello
-    if declined.reason is not None:
+    if declined.covers(hello):
         return None
     verdict = newcomer_chooses(settings.share, settings.build(), hello)
     if verdict.choice is not Choice.ATTACH:
@@ -88,9 +108,12 @@ def _answered(
         settings.events.emit(Event.BUSY, peer_pid=peer.pid, successor_pid=answer.pid)
         return Leaving(peer.pid)
     if isinstance(answer, Refused):
-        only = settings.share is ShareMode.ONLY
+        only = settings.share is ShareMode.ONLY and not succeeds_anyway(answer.reason)
         _declined(settings, peer.pid, answer.reason, refuse=only)
-        declined.reason = answer.reason
+        declined.reason, declined.by = (
+            answer.reason,
+            (greeting.hello.pid, greeting.hello.generation),
+        )
         return Changed()  # the next attempt, on a new connection, succeeds it
     if not isinstance(answer, Attached):
         return Changed()  # it went away: look again
@@ -127,8 +150,15 @@ def become_relay(settings: Settings, relay: Relay) -> NoReturn:
             stream.flush()  # the application's own lines, written before it called us
     os.set_inheritable(relay.fd, True)
     argv = [sys.executable, "-I", "-S", RELAY, str(relay.fd), relay.rest.hex()]
+    # How to start this server again when the holder goes (the relay re-attaches
+    # or is promoted: docs/mcp.md); HIGHLANDER_RESUME, if we were started so,
+    # stays in the environment for the relay to replay its client's setup.
+    import json  # noqa: PLC0415 - only a relay needs it
+
+    command = {"argv": [sys.executable, *sys.orig_argv[1:]], "cwd": os.getcwd()}
+    env = {**os.environ, RELAY_COMMAND: json.dumps(command)}
     try:
-        os.execv(sys.executable, argv)  # noqa: S606 - the relay replaces us, by design
+        os.execve(sys.executable, argv, env)  # noqa: S606 - the relay replaces us, by design
     except OSError as exc:
         os.close(relay.fd)
         raise HighlanderError(

@@ -16,6 +16,7 @@ are open), ``refused`` with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from collections.abc import Callable
@@ -60,6 +61,9 @@ class Sessions:
         self._lock = threading.Lock()
         self.open = 0
         self._settings: Settings | None = None
+        self._live: set[Session] = set()
+        #: The holder's own client left: ATTACH is told to succeed us (``leaving``).
+        self.leaving = False
 
     def bind(self, settings: Settings) -> None:
         """Serve the reign of ``settings``: its share mode, its event log."""
@@ -85,17 +89,37 @@ class Sessions:
         if serve is None:
             sock.close()
             return self.open
+        session = Session(self, sock, rest, peer_pid)
         with self._lock:
             self.open += 1
             count = self.open
-        serve(Session(self, sock, rest, peer_pid))
+            self._live.add(session)
+        serve(session)
         return count
+
+    def leave(self) -> int:
+        """The holder's client left: end every session so that its relay finds a successor.
+
+        Each relay sees its connection close, answers its client's requests
+        in flight with an error, and starts its server again in its own
+        process (:mod:`highlander._relay`); the first to arrive is told
+        ``leaving`` and succeeds this holder with the handoff (promotion),
+        the others attach to it.  Returns how many sessions were ended.
+        """
+        with self._lock:
+            self.leaving = True
+            live = list(self._live)
+        for session in live:
+            with contextlib.suppress(OSError):
+                session.sock.shutdown(socket.SHUT_RDWR)  # the server's reader ends it
+        return len(live)
 
     def ended(self, session: Session) -> None:
         """Count ``session`` out (through :meth:`Session.ended`)."""
         with self._lock:
             self.open -= 1
             count = self.open
+            self._live.discard(session)
         if self._settings is not None:
             self._settings.events.emit(Event.DETACHED, peer_pid=session.peer_pid, sessions=count)
 
@@ -113,7 +137,9 @@ async def answer_attach(
     if busy is not None:
         await send_message(sock, conn, busy, runtime)
         return
-    why = incumbent_admits(sessions.sharing, settings.app, settings.build(), attach)
+    why = incumbent_admits(
+        sessions.sharing, settings.app, settings.build(), attach, leaving=sessions.leaving
+    )
     if why is not None:
         detail = EXPLAINED.get(why, why.value)
         await send_message(sock, conn, Refused(why, detail), runtime)

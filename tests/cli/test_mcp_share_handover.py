@@ -1,0 +1,255 @@
+"""Share mode when the holder goes (issue #18, (3)-(5)): every relayed client keeps working.
+
+Real clients of the official SDK, real server processes: the holder's own
+client leaves (the SDK closes stdin, waits 2 s, then kills the group), a
+newer build arrives, or the holder is SIGSTOPped and ended by a newcomer.
+Each relay answers its client's call in flight with one JSON-RPC error,
+starts its server again in the same process, and the client goes on without
+a new ``initialize`` (the same session), with the notes handed over.
+Without re-attach each of them fails: the relayed client's next call gets
+``Connection closed``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import MCPError
+from mcp.client.stdio import StdioServerParameters
+
+from highlander._relay import RESTARTED
+from tests.cli.test_mcp_e2e import Processes, events, processes
+from tests.cli.test_mcp_share import Client, client, params, show_stderr
+from tests.support.paths import EXAMPLES
+from tests.support.proctools import WAIT
+
+__all__ = ["processes"]
+
+
+class Hosted:
+    """A client run in a task of its own, so that it can leave before later ones."""
+
+    def __init__(self) -> None:
+        self.client: Client | None = None
+        self.ready = anyio.Event()
+        self.leave = anyio.Event()
+        self.left = anyio.Event()
+
+    async def run(self, name: str, server: StdioServerParameters, errlog: Path) -> None:
+        try:
+            async with client(name, server, errlog) as c:
+                self.client = c
+                self.ready.set()
+                await self.leave.wait()  # then the SDK closes stdin, waits, kills
+        finally:
+            self.left.set()
+
+
+@asynccontextmanager
+async def hosted(name: str, server: StdioServerParameters, tmp_path: Path) -> AsyncIterator[Hosted]:
+    """Client ``name`` until the block ends or ``leave`` is set (it must have left by then)."""
+    host = Hosted()
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(host.run, name, server, tmp_path / f"{name}.stderr")
+        with anyio.fail_after(WAIT):
+            await host.ready.wait()
+        try:
+            yield host
+        finally:
+            host.leave.set()
+
+
+async def slow_call(c: Client, outcome: dict[str, Any], started: anyio.Event) -> None:
+    """``count_to`` 100 (5 s), in flight when the holder goes: its result, or its error."""
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        started.set()  # the server runs it: the call is in flight
+
+    try:
+        with anyio.fail_after(WAIT):
+            outcome["result"] = await c.session.call_tool(
+                "count_to", {"steps": 100}, progress_callback=progress
+            )
+    except MCPError as exc:
+        outcome["error"] = exc.error
+
+
+def restarted(outcome: dict[str, Any]) -> None:
+    """The call in flight got the one clean error: never a hang, never run again."""
+    assert "error" in outcome, outcome
+    assert (outcome["error"].code, outcome["error"].message) == RESTARTED
+
+
+async def gone(processes: Processes, pid: int) -> None:
+    with anyio.fail_after(WAIT):
+        await processes.gone(pid)
+
+
+@pytest.mark.asyncio
+async def test_the_hosts_client_leaves_and_a_relayed_client_keeps_working(
+    tmp_path: Path, processes: Processes
+) -> None:
+    """(3) A (the host's client) leaves while B's call is in flight: B's relay is promoted.
+
+    B's call gets the one error, B goes on in the same session, served by
+    its own process now, with A's note handed over; A's server left by
+    itself (status 0), before the SDK's kill.
+    """
+    server = params(tmp_path)
+    outcome: dict[str, Any] = {}
+    try:
+        async with hosted("A", server, tmp_path) as a:
+            assert a.client is not None
+            holder = (await a.client.call("who_calls"))["pid"]
+            await a.client.call("add_note", key="k", text="from A")
+            async with client("B", server, tmp_path / "B.stderr") as b:
+                (relay,) = [s.pid for s in processes.spawned if s.pid != holder]
+                assert (await b.call("who_calls"))["pid"] == holder
+                started = anyio.Event()
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(slow_call, b, outcome, started)
+                    with anyio.fail_after(WAIT):
+                        await started.wait()
+                    a.leave.set()
+                restarted(outcome)
+                assert await b.call("who_calls") == {"pid": relay, "client": "B"}
+                assert await b.call("get_note", key="k") == "from A"
+                assert await b.call("count_to", steps=2) == 2
+                assert b.faults == []
+                await gone(processes, holder)
+        took = events(tmp_path, relay)
+        assert took["claimed"]["outcome"] == "succeeded"
+        assert took["claimed"]["peer_pid"] == holder
+        assert events(tmp_path, holder)["relinquished"]["peer_pid"] == relay
+        assert [s.process.returncode for s in processes.spawned if s.pid == holder] == [0]
+    except BaseException:
+        show_stderr(tmp_path)
+        raise
+
+
+def upgradable_server(tmp_path: Path) -> tuple[StdioServerParameters, Path]:
+    """The shared notes server copied out, so that the test can edit it (a new build)."""
+    copy = tmp_path / "srv"
+    copy.mkdir()
+    for name in ("shared_notes.py", "mcp_server.py", "notes.py"):
+        shutil.copy2(EXAMPLES / name, copy / name)
+    server = params(tmp_path)
+    main = copy / "shared_notes.py"
+    return server.model_copy(update={"args": [str(main)]}), main
+
+
+@pytest.mark.asyncio
+async def test_an_upgrade_with_relays_attached_keeps_every_client(
+    tmp_path: Path, processes: Processes
+) -> None:
+    """(4) The server's file is edited and a client starts it: it replaces the holder
+    with the notes, and both relayed clients go on with the new build, no re-initialize."""
+    server, main = upgradable_server(tmp_path)
+    outcomes: dict[str, dict[str, Any]] = {"B": {}, "C": {}}
+    try:
+        async with (
+            client("A", server, tmp_path / "A.stderr") as a,  # the host's: it loses its server
+            client("B", server, tmp_path / "B.stderr") as b,
+            client("C", server, tmp_path / "C.stderr") as c,
+        ):
+            holder = (await a.call("who_calls"))["pid"]
+            assert {(await x.call("who_calls"))["pid"] for x in (b, c)} == {holder}
+            await b.call("add_note", key="k", text="from B")
+            stat = main.stat()
+            os.utime(main, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # a new build
+            started = {"B": anyio.Event(), "C": anyio.Event()}
+            host_d = Hosted()  # in a task: D stays to the end, its server holds from now on
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(slow_call, b, outcomes["B"], started["B"])
+                tasks.start_soon(slow_call, c, outcomes["C"], started["C"])
+                with anyio.fail_after(WAIT):
+                    for event in started.values():
+                        await event.wait()
+                tasks.start_soon(host_d.run, "D", server, tmp_path / "D.stderr")
+                with anyio.fail_after(WAIT):
+                    await host_d.ready.wait()
+                    while not all(outcomes.values()):
+                        await anyio.sleep(0.02)
+                d = host_d.client
+                assert d is not None
+                upgraded = (await d.call("who_calls"))["pid"]
+                assert upgraded != holder
+                assert await d.call("get_note", key="k") == "from B"
+                for name in ("B", "C"):
+                    restarted(outcomes[name])
+                for x in (b, c):
+                    assert await x.call("get_note", key="k") == "from B"
+                    assert x.faults == []
+                assert {(await x.call("who_calls"))["pid"] for x in (b, c)} == {upgraded}
+                await gone(processes, holder)
+                host_d.leave.set()
+        took = events(tmp_path, upgraded)["claimed"]
+        assert (took["outcome"], took["peer_pid"]) == ("succeeded", holder)
+        assert events(tmp_path, holder)["relinquished"]["peer_pid"] == upgraded
+    except BaseException:
+        show_stderr(tmp_path)
+        raise
+
+
+@pytest.mark.asyncio
+async def test_a_stopped_holder_with_relays_is_replaced_and_the_relays_reattach(
+    tmp_path: Path, processes: Processes
+) -> None:
+    """(5) The holder is SIGSTOPped; a new client's server ends it (the verified kill) and
+    holds; the relayed client's call in flight gets the error and it goes on there."""
+    server = params(tmp_path)
+    outcome: dict[str, Any] = {}
+    try:
+        async with hosted("A", server, tmp_path) as a:
+            assert a.client is not None
+            holder = (await a.client.call("who_calls"))["pid"]
+            async with client("B", server, tmp_path / "B.stderr") as b:
+                (relay,) = [s.pid for s in processes.spawned if s.pid != holder]
+                started = anyio.Event()
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(slow_call, b, outcome, started)
+                    with anyio.fail_after(WAIT):
+                        await started.wait()
+                    os.kill(holder, signal.SIGSTOP)
+                    async with client("C", server, tmp_path / "C.stderr") as c:
+                        successor = (await c.call("who_calls"))["pid"]
+                        assert successor not in (holder, relay)
+                        restarted_in_time = anyio.Event()
+                        tasks.start_soon(_when_done, outcome, restarted_in_time)
+                        with anyio.fail_after(WAIT):
+                            await restarted_in_time.wait()
+                        restarted(outcome)
+                        assert await b.call("who_calls") == {"pid": successor, "client": "B"}
+                        assert b.faults == []
+                        signalled = {
+                            e["peer_pid"] for e in every_event(tmp_path) if e["event"] in SIGNALS
+                        }
+                        assert signalled == {holder}  # the stopped holder, never a relay
+                a.leave.set()
+    except BaseException:
+        show_stderr(tmp_path)
+        raise
+
+
+SIGNALS = ("terminated", "killed")
+
+
+def every_event(tmp_path: Path) -> list[dict[str, Any]]:
+    """Every event logged in the test's runtime directory."""
+    logs = sorted((tmp_path / "rt").glob("*.events.jsonl"))
+    return [json.loads(line) for log in logs for line in log.read_text().splitlines()]
+
+
+async def _when_done(outcome: dict[str, Any], done: anyio.Event) -> None:
+    while not outcome:
+        await anyio.sleep(0.02)
+    done.set()
