@@ -1,6 +1,6 @@
 """The relay a share-mode newcomer becomes: its client's stdio to the holder's session and back.
 
-Run as ``python -I -S _relay.py FD REST`` by
+Run as ``python -I -S -c "import _relay ..." FD REST`` (:func:`command`) by
 :func:`highlander._shell.attaching.become_relay` (``exec``, so the client's
 process stays the same): ``FD`` is the connection the holder answered
 ATTACHED on, ``REST`` (hex) what was read past that frame.  Standard
@@ -392,6 +392,21 @@ def restart(setup: Setup) -> int:
     except OSError as exc:
         os.write(2, f"highlander relay: cannot start the server again: {exc}\n".encode())
     return 0
+
+
+def command(fd: int, rest: bytes) -> list[str]:
+    """How to run the relay on connection ``fd`` with ``rest``: a bare interpreter importing us.
+
+    Imported, not run as a script: a script is compiled at every start
+    (1.3 MB of the relay's memory); a module is read from its cached
+    bytecode.  The directory is on ``sys.path`` only for that import.
+    """
+    here = os.path.dirname(os.path.abspath(__file__))
+    boot = (
+        f"import sys; sys.path.insert(0, {here!r}); import _relay; del sys.path[0]; "
+        "sys.exit(_relay.main(sys.argv))"
+    )
+    return [sys.executable, "-I", "-S", "-c", boot, str(fd), rest.hex()]
 
 
 def main(argv: list[str]) -> int:

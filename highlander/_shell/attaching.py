@@ -149,7 +149,9 @@ def become_relay(settings: Settings, relay: Relay) -> NoReturn:
         if stream is not None:
             stream.flush()  # the application's own lines, written before it called us
     os.set_inheritable(relay.fd, True)
-    argv = [sys.executable, "-I", "-S", RELAY, str(relay.fd), relay.rest.hex()]
+    from highlander._relay import command as relay_command  # noqa: PLC0415 - only a relay
+
+    argv = relay_command(relay.fd, relay.rest)
     # How to start this server again when the holder goes (the relay re-attaches
     # or is promoted: docs/mcp.md); HIGHLANDER_RESUME, if we were started so,
     # stays in the environment for the relay to replay its client's setup.

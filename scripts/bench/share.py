@@ -10,6 +10,10 @@
   blocks (target ≤ +0.5 ms).
 * **Relay RSS**: ``VmRSS`` of the relay process (target ≤ 10 MB), beside the
   server's.
+* **Promotion**: the holder's own client leaves (the SDK closes its stdin,
+  and kills it 2 s later); the time until the holder has handed over and
+  exited (it must be within those 2 s), and until the relayed client's next
+  call is answered by its promoted server.
 
 Run: ``.venv/bin/python -m scripts.bench.share [--runs N] [--calls N]``.
 """
@@ -119,16 +123,56 @@ async def relay_figures(calls: int, blocks: int) -> dict[str, float]:
 
 
 def _relay_pid(holder: int) -> int | None:
-    """The process running highlander/_relay.py (there is one in this bench)."""
+    """The process running the relay (there is one in this bench)."""
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != holder:
             try:
                 argv = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if any(arg.endswith(b"_relay.py") for arg in argv):
+            if any(b"import _relay" in arg for arg in argv):
                 return int(entry.name)
     return None
+
+
+async def promotion() -> tuple[float, float]:
+    """Milliseconds from the host's client leaving to its server's exit, and to B's answer."""
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        server = params(base, "on")
+        leave, ready = anyio.Event(), anyio.Event()
+
+        async def host() -> None:
+            async with session(server, base / "a.err"):
+                ready.set()
+                await leave.wait()
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(host)
+            await ready.wait()
+            async with session(server, base / "b.err") as b:
+                holder = (await call(b, "who_calls"))["pid"]
+                began = time.perf_counter()
+                leave.set()
+                gone = exited = 0.0
+
+                async def watch() -> None:
+                    nonlocal exited
+                    with anyio.fail_after(60):
+                        while Path(f"/proc/{holder}").exists():
+                            await anyio.sleep(0.002)
+                    exited = (time.perf_counter() - began) * 1000
+
+                async with anyio.create_task_group() as inner:
+                    inner.start_soon(watch)
+                    await anyio.sleep(0.05)  # the holder has seen its stdin close
+                    while True:
+                        with anyio.fail_after(60):
+                            result = await b.call_tool("who_calls", {})
+                        if not result.is_error and result.structured_content["pid"] != holder:
+                            break
+                    gone = (time.perf_counter() - began) * 1000
+        return exited, gone
 
 
 async def main(runs: int, calls: int) -> None:
@@ -137,6 +181,7 @@ async def main(runs: int, calls: int) -> None:
         times = [await start_to_answer(share) for _ in range(runs)]
         rows.append((share, statistics.median(times), min(times), max(times)))
     relay = await relay_figures(calls, blocks=5)
+    promoted = [await promotion() for _ in range(max(3, runs // 2))]
     out = sys.stderr
     print(f"share mode, n = {runs} per row (median, min-max):", file=out)
     for share, median, low, high in rows:
@@ -151,6 +196,14 @@ async def main(runs: int, calls: int) -> None:
     print(
         f"  relay RSS {relay['relay_rss_mb']:.1f} MB (target <= 10); "
         f"server RSS {relay['server_rss_mb']:.1f} MB",
+        file=out,
+    )
+    exits, answers = [p[0] for p in promoted], [p[1] for p in promoted]
+    print(
+        f"  promotion, n = {len(promoted)}: the host's server exits after "
+        f"{statistics.median(exits):.0f} ms ({min(exits):.0f}-{max(exits):.0f}; the SDK kills "
+        f"at 2000), the relayed client's next call answered after "
+        f"{statistics.median(answers):.0f} ms ({min(answers):.0f}-{max(answers):.0f})",
         file=out,
     )
 

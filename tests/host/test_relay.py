@@ -1,9 +1,9 @@
 """The share-mode relay (highlander/_relay.py): what it keeps of a session, and the real program.
 
 The pure part (:class:`Setup`, the codec) is checked directly and against
-the standard ``json`` module; the program itself runs for real, as
-``python -I -S _relay.py FD REST``, between pipes on its stdio and one end of
-a socketpair playing the holder's session.
+the standard ``json`` module; the program itself runs for real, started as
+``become_relay`` starts it (:func:`highlander._relay.command`), between pipes
+on its stdio and one end of a socketpair playing the holder's session.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from hypothesis import strategies as st
 from highlander import _relay
 from highlander._relay import PRIVATE, RESTARTED, RESUME, Setup, dump, parse
 
-RELAY = Path(_relay.__file__)
 INIT = {
     "jsonrpc": "2.0",
     "id": 0,
@@ -135,7 +134,7 @@ class Running:
         self.holder, theirs = socket.socketpair()
         self.holder.settimeout(10)
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(RELAY), str(theirs.fileno()), ""],
+            _relay.command(theirs.fileno(), b""),  # as become_relay starts it
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=[theirs.fileno()],
             env={**os.environ, **(env or {})},
         )  # fmt: skip
