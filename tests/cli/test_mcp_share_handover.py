@@ -16,6 +16,8 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -253,3 +255,19 @@ async def _when_done(outcome: dict[str, Any], done: anyio.Event) -> None:
     while not outcome:
         await anyio.sleep(0.02)
     done.set()
+
+
+def test_the_two_clients_example_runs_as_documented(tmp_path: Path) -> None:
+    """examples/two_clients.py: one server for both, then B promoted with A's note."""
+    env = {**os.environ, "PYTHONPATH": str(EXAMPLES.parent), "TMPDIR": str(tmp_path)}
+    env = {k: v for k, v in env.items() if not k.startswith("HIGHLANDER_")}
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "two_clients.py")],
+        capture_output=True, text=True, env=env, timeout=WAIT * 4, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    said = done.stdout.splitlines()
+    pids = [line.split("'pid': ")[1].split(",")[0] for line in said if "served by" in line]
+    assert len(pids) == 3 and pids[0] == pids[1] != pids[2], said
+    assert "B: its call in flight: " + RESTARTED[1] in said
+    assert said[-1] == "B: still reads {'result': 'written by A'}"
