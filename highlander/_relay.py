@@ -28,7 +28,8 @@ again.  If the new server answers ``initialize`` with another protocol
 version or other capabilities, the relay leaves instead (its client sees
 the server exit); if it offers list-changed notifications, the client is
 told its lists may have changed.  At most :data:`MAX_RESTARTS` restarts in
-:data:`WINDOW` seconds, then the relay leaves.
+:data:`WINDOW` seconds, then the relay leaves.  A holder that stays stopped
+(SIGSTOP) while our client waits on it counts as gone (:class:`Stopped`).
 
 The client closing stdin ends our half of the session (``shutdown``); the
 holder then ends it and the relay exits, or exits after :data:`LINGER`
@@ -48,202 +49,19 @@ CHUNK = 65536
 LINGER = 5.0
 #: How the relay's server is started again: JSON ``{"argv": [...], "cwd": "..."}``.
 COMMAND = "HIGHLANDER_RELAY_COMMAND"
-#: The session setup a restarted server replays (JSON, :meth:`Setup.dumps`).
-RESUME = "HIGHLANDER_RESUME"
-#: The id prefix of replayed requests, whose answers nobody but us sees.
-PRIVATE = "highlander-resume-"
-#: The JSON-RPC error a request in flight gets when the holder goes.
-RESTARTED = (-32000, "server restarted: the project's server changed hands; send it again")
-#: At most this many restarts within :data:`WINDOW` seconds; then the relay leaves.
-MAX_RESTARTS = 5
-WINDOW = 60.0
 #: How long a client's half-written line may take to end when the holder goes.
 FINISH_LINE = 1.0
-_LISTS = ("tools", "resources", "prompts")
+#: How long a holder our client waits on may stay stopped before we treat it as gone
+#: (a newcomer's ``hello`` timeout), and how often we look while a request waits.
+STOPPED_FOR = 2.0
+LOOK_EVERY = 0.5
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
-if TYPE_CHECKING:
-    from collections.abc import Callable
+if __package__:  # imported as highlander._relay (the holder, the newcomer, tests)
+    from highlander._resume import RESTARTED, RESUME, Setup, dump, parse, private
+else:  # the relay process: highlander's directory is on sys.path (command())
+    from _resume import RESTARTED, RESUME, Setup, dump, parse, private  # type: ignore[import-not-found,no-redef]
 
-
-class _Strict:
-    """The parser settings ``_json.make_scanner`` reads (those of ``json.loads``)."""
-
-    strict = False
-    object_hook = None
-    object_pairs_hook = None
-    parse_float = float
-    parse_int = int
-
-    @staticmethod
-    def parse_constant(name: str) -> float:
-        return float(name.lower().replace("infinity", "inf"))
-
-
-def _codec() -> tuple[Callable[[str, int], tuple[object, int]], Callable[[str], str]]:
-    """``_json``'s C scanner and quoting; on another interpreter, the module, at its cost."""
-    try:
-        import _json  # noqa: PLC0415
-
-        return _json.make_scanner(_Strict()), _json.encode_basestring_ascii  # type: ignore[arg-type]
-    except (ImportError, AttributeError):
-        import json  # noqa: PLC0415
-
-        return json.JSONDecoder().raw_decode, json.dumps
-
-
-_scan, _quote = _codec()
-
-
-def parse(line: bytes) -> dict[str, object] | None:
-    """One JSON-RPC line as a dict; ``None`` if it is not one (it passes through untouched)."""
-    try:
-        text = line.decode("utf-8")
-        start = len(text) - len(text.lstrip())
-        value, end = _scan(text, start)
-    except Exception:  # any line we cannot read is passed on, never judged
-        return None
-    if not isinstance(value, dict) or text[end:].strip():
-        return None
-    return value
-
-
-def dump(value: object) -> str:
-    """``value`` (what :func:`parse` returns) as compact JSON."""
-    if isinstance(value, str):
-        return _quote(value)
-    if value is None or isinstance(value, bool):
-        return {None: "null", True: "true", False: "false"}[value]
-    if isinstance(value, int):
-        return repr(value)
-    if isinstance(value, float):
-        # As ``json`` writes them (and :func:`parse` reads them back).
-        special = {"inf": "Infinity", "-inf": "-Infinity", "nan": "NaN"}
-        return special.get(repr(value), repr(value))
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{_quote(str(k))}:{dump(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list | tuple):
-        return "[" + ",".join(dump(v) for v in value) + "]"
-    raise TypeError(f"not JSON: {type(value).__name__}")
-
-
-def _key(ident: object) -> str:
-    return dump(ident)  # 1 and "1" are different ids
-
-
-def private(ident: object) -> bool:
-    """Whether ``ident`` is the id of a replayed request (its answer is ours)."""
-    return isinstance(ident, str) and ident.startswith(PRIVATE)
-
-
-def error_line(ident: object, code: int, message: str) -> bytes:
-    """A JSON-RPC error answer to request ``ident``, as a line."""
-    body = {"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": message}}
-    return dump(body).encode() + b"\n"
-
-
-class Setup:
-    """What the relay keeps of its client's session: setup, the server's answer, in flight."""
-
-    def __init__(self, state: dict[str, object] | None = None) -> None:
-        """Empty, or as :meth:`dumps` left it in a previous incarnation."""
-        state = state or {}
-        self.initialize: dict[str, object] | None = state.get("initialize")  # type: ignore[assignment]
-        self.initialized = bool(state.get("initialized"))
-        self.level: dict[str, object] | None = state.get("level")  # type: ignore[assignment]
-        self.subscribed: dict[str, dict[str, object]] = dict(state.get("subscribed") or {})  # type: ignore[call-overload]
-        #: The ``InitializeResult`` the client saw.
-        self.result: dict[str, object] | None = state.get("result")  # type: ignore[assignment]
-        self.restarts: list[float] = list(state.get("restarts") or [])  # type: ignore[call-overload]
-        #: The client's requests the server has not answered: key -> id.
-        self.pending: dict[str, object] = {}
-
-    def dumps(self) -> str:
-        """The state a restarted server needs (for :data:`RESUME`)."""
-        return dump({
-            "initialize": self.initialize, "initialized": self.initialized,
-            "level": self.level, "subscribed": self.subscribed, "result": self.result,
-            "restarts": self.restarts,
-        })  # fmt: skip
-
-    def from_client(self, message: dict[str, object]) -> None:
-        """Note a message our client sent."""
-        method, ident = message.get("method"), message.get("id")
-        if not isinstance(method, str):
-            return  # an answer to the server's request: nothing to keep
-        if ident is not None:
-            self.pending[_key(ident)] = ident
-        params = message.get("params")
-        uri = params.get("uri") if isinstance(params, dict) else None
-        if method == "initialize":
-            self.initialize, self.result = message, None
-        elif method == "notifications/initialized":
-            self.initialized = True
-        elif method == "logging/setLevel":
-            self.level = message
-        elif method == "resources/subscribe" and isinstance(uri, str):
-            self.subscribed[uri] = message
-        elif method == "resources/unsubscribe" and isinstance(uri, str):
-            self.subscribed.pop(uri, None)
-
-    def from_server(self, message: dict[str, object]) -> None:
-        """Note a message the server sent our client."""
-        if "method" in message or "id" not in message:
-            return  # a request or a notification to the client
-        ident = message["id"]
-        self.pending.pop(_key(ident), None)
-        init = self.initialize
-        if init is not None and init.get("id") == ident and isinstance(message.get("result"), dict):
-            self.result = message["result"]  # type: ignore[assignment]
-
-    def abandon(self) -> list[bytes]:
-        """The error answers to every request in flight (they are never sent again)."""
-        lines = [error_line(ident, *RESTARTED) for ident in self.pending.values()]
-        self.pending.clear()
-        return lines
-
-    def replay(self) -> list[dict[str, object]]:
-        """The setup to send a new server, requests under private ids, in the client's order."""
-        sent: list[dict[str, object]] = []
-        if self.initialize is None:
-            return sent
-        steps = [self.initialize]
-        steps += [{"jsonrpc": "2.0", "method": "notifications/initialized"}] * self.initialized
-        steps += [self.level] if self.level is not None else []
-        steps += list(self.subscribed.values())
-        for at, step in enumerate(steps):
-            sent.append({**step, "id": f"{PRIVATE}{at}"} if "id" in step else step)
-        return sent
-
-    def answered(self, message: dict[str, object]) -> list[bytes] | None:
-        """A server's answer to our replayed ``initialize``: what to tell the client.
-
-        ``None``: the new server is not the one the client initialized with
-        (another protocol version or other capabilities): leave.  Otherwise
-        a ``list_changed`` notification for every list the server offers
-        them for (its lists may differ from the old server's).
-        """
-        result = message.get("result")
-        if message.get("id") != f"{PRIVATE}0" or self.result is None:
-            return []  # not the initialize, or the client never saw an answer to compare
-        if not isinstance(result, dict):
-            return None
-        for field in ("protocolVersion", "capabilities"):
-            if result.get(field) != self.result.get(field):
-                return None
-        offered = result.get("capabilities") or {}
-        notes = []
-        for kind in _LISTS:
-            entry = offered.get(kind) if isinstance(offered, dict) else None
-            if isinstance(entry, dict) and entry.get("listChanged"):
-                note = {"jsonrpc": "2.0", "method": f"notifications/{kind}/list_changed"}
-                notes.append(dump(note).encode() + b"\n")
-        return notes
-
-    def may_restart(self, now: float) -> bool:
-        """Count a restart at ``now``; whether it is within :data:`MAX_RESTARTS` a window."""
-        self.restarts = [t for t in self.restarts if now - t < WINDOW] + [now]
-        return len(self.restarts) <= MAX_RESTARTS
+__all__ = ["RESTARTED", "RESUME", "Relay", "Setup", "command", "main"]
 
 
 def _write_all(fd: int, data: bytes) -> bool:
@@ -275,13 +93,51 @@ def _lines(buffer: bytearray, data: bytes) -> list[bytes]:
     return whole.splitlines(keepends=True)
 
 
+class Stopped:
+    """Whether the holder (``pid``) has been stopped (SIGSTOP, a debugger) for too long.
+
+    A stopped holder answers nobody until a newcomer ends it; if our client
+    waits on it, the relay does not wait for that newcomer: it treats the
+    holder as gone, and the server it starts again is that newcomer (the
+    verified kill, then the project).  A busy holder is never stopped.
+    """
+
+    def __init__(self, pid: int) -> None:
+        """Watch ``pid`` (0: nobody to watch)."""
+        self.pid = pid
+        self.since: float | None = None
+
+    def state(self) -> str:
+        """The holder's state letter in ``/proc`` (``""`` if it cannot be read)."""
+        try:
+            with open(f"/proc/{self.pid}/stat", "rb") as stat:
+                return stat.read().rsplit(b")", 1)[1].split()[0].decode()
+        except (OSError, IndexError):
+            return ""
+
+    def stopped(self, now: float) -> bool:
+        """Whether it has been stopped for :data:`STOPPED_FOR` seconds, looking at ``now``."""
+        if self.pid <= 0 or self.state() not in ("T", "t"):
+            self.since = None
+            return False
+        self.since = now if self.since is None else self.since
+        return now - self.since >= STOPPED_FOR
+
+    def reset(self) -> None:
+        """It answered: whatever it was, it is not stopped now."""
+        self.since = None
+
+
 class Relay:
     """One attached session: the client's stdio (fds 0 and 1) and the holder's connection."""
 
-    def __init__(self, conn: _socket.socket, setup: Setup) -> None:
-        """Relay between our stdio and ``conn``, keeping ``setup``."""
+    def __init__(self, conn: _socket.socket, setup: Setup, holder: int = 0) -> None:
+        """Relay between our stdio and ``conn`` to ``holder``'s server, keeping ``setup``."""
         self.conn = conn
         self.setup = setup
+        self.watch = Stopped(holder)
+        #: When we stop waiting for the holder to end a session our client left.
+        self.deadline: float | None = None
         self.client = bytearray()  # a line of the client's not ended yet
         self.server = bytearray()
         #: Whether our replayed setup is still being answered (then: compare).
@@ -334,30 +190,42 @@ class Relay:
         poller = select.poll()
         poller.register(0, select.POLLIN)
         poller.register(fd, select.POLLIN)
-        deadline = None
+        self.deadline = None
         while True:
-            left = None if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+            if self.deadline is not None:
+                left: int | None = max(0, int((self.deadline - time.monotonic()) * 1000))
+            else:
+                left = int(LOOK_EVERY * 1000) if self.setup.pending else None
             ready = poller.poll(left)
-            if not ready:
+            if not ready and self.deadline is not None:
                 return "done"  # the holder kept a session its client had left: we go anyway
+            if not ready:
+                if self.watch.stopped(time.monotonic()):
+                    return "lost"  # our client waits on a holder that is stopped
+                continue
+            self.watch.reset()
             for which, _ in ready:
-                data = _read(which)
-                if which == fd:
-                    if not data:
-                        return "done" if deadline is not None else "lost"
-                    forwarded = self.to_client(data)
-                    if not forwarded:
-                        return "done"  # our client is gone, or a server it does not know
-                elif data:
-                    if not self.to_server(data):
-                        return "lost"
-                else:
-                    poller.unregister(0)
-                    try:
-                        self.conn.shutdown(_socket.SHUT_WR)
-                    except OSError:
-                        return "done"
-                    deadline = time.monotonic() + LINGER
+                ended = self._moved(which, fd, poller)
+                if ended is not None:
+                    return ended
+
+    def _moved(self, which: int, fd: int, poller: select.poll) -> str | None:
+        """Move what ``which`` has; how the session ended, ``None`` while it goes on."""
+        data = _read(which)
+        if which == fd:
+            if not data:
+                return "done" if self.deadline is not None else "lost"
+            # False: our client is gone; None: a server it does not know.
+            return None if self.to_client(data) else "done"
+        if data:
+            return None if self.to_server(data) else "lost"
+        poller.unregister(0)  # our client closed stdin: we close our half, and linger
+        try:
+            self.conn.shutdown(_socket.SHUT_WR)
+        except OSError:
+            return "done"
+        self.deadline = time.monotonic() + LINGER
+        return None
 
     def finish_line(self) -> bool:
         """The holder went: read our client's half-written line to its end (bounded).
@@ -394,8 +262,8 @@ def restart(setup: Setup) -> int:
     return 0
 
 
-def command(fd: int, rest: bytes) -> list[str]:
-    """How to run the relay on connection ``fd`` with ``rest``: a bare interpreter importing us.
+def command(fd: int, rest: bytes, holder: int = 0) -> list[str]:
+    """How to run the relay on ``fd`` to ``holder`` with ``rest``: a bare interpreter importing us.
 
     Imported, not run as a script: a script is compiled at every start
     (1.3 MB of the relay's memory); a module is read from its cached
@@ -406,16 +274,17 @@ def command(fd: int, rest: bytes) -> list[str]:
         f"import sys; sys.path.insert(0, {here!r}); import _relay; del sys.path[0]; "
         "sys.exit(_relay.main(sys.argv))"
     )
-    return [sys.executable, "-I", "-S", "-c", boot, str(fd), rest.hex()]
+    return [sys.executable, "-I", "-S", "-c", boot, str(fd), rest.hex(), str(holder)]
 
 
 def main(argv: list[str]) -> int:
-    """``_relay.py FD [REST]``: see the module docstring."""
+    """``_relay.py FD [REST [HOLDER]]``: see the module docstring."""
     conn = _socket.socket(fileno=int(argv[1]))
     conn.setblocking(True)
     rest = bytes.fromhex(argv[2]) if len(argv) > 2 else b""
+    holder = int(argv[3]) if len(argv) > 3 else 0
     resumed = parse(os.environ.get(RESUME, "").encode())
-    relay = Relay(conn, Setup(resumed))
+    relay = Relay(conn, Setup(resumed), holder)
     if resumed is not None and not relay.replay():
         return restart(relay.setup)
     if relay.run(rest) == "done":

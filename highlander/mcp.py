@@ -29,7 +29,7 @@ import mcp_types as types
 from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp.shared.message import SessionMessage
 
-from highlander import _relay
+from highlander import _resume
 from highlander._highlander import Highlander
 from highlander._mcp_sdk import lowlevel, serve_dual_era_loop, stdio_server
 from highlander._shell.sessions import Session
@@ -55,7 +55,7 @@ async def serve(server: Any, hl: Highlander) -> None:
     low = lowlevel(server)
     init = low.create_initialization_options()
     # Started again by a relay whose holder went: its client's setup, to replay.
-    setup = _relay.Setup(_relay.parse(os.environ.pop(_relay.RESUME, "").encode()))
+    setup = _resume.Setup(_resume.parse(os.environ.pop(_resume.RESUME, "").encode()))
     resumed = setup if setup.initialize is not None else None
     loop_thread = threading.get_ident()
     async with (
@@ -94,12 +94,12 @@ async def _serve_streams(low: Any, read: Any, write: Any, state: Any, init: Any)
 
 
 async def _serve_resumed(
-    low: Any, read: Any, write: Any, state: Any, init: Any, setup: _relay.Setup
+    low: Any, read: Any, write: Any, state: Any, init: Any, setup: _resume.Setup
 ) -> None:
     """Our client's session, started by a relay: its setup replayed, the answers kept from it.
 
     The client initialized with the server that went; this one is told the
-    same setup under private ids (:func:`highlander._relay.Setup.replay`).
+    same setup under private ids (:func:`highlander._resume.Setup.replay`).
     A server that answers ``initialize`` otherwise than the old one did
     (protocol version, capabilities) ends the session: the client sees the
     server exit rather than a server it did not negotiate with.
@@ -119,7 +119,7 @@ async def _serve_resumed(
         async with out_rx:
             async for sent in out_rx:
                 message = sent.message
-                if not _relay.private(getattr(message, "id", None)) or hasattr(message, "method"):
+                if not _resume.private(getattr(message, "id", None)) or hasattr(message, "method"):
                     await write.send(sent)
                     continue
                 told = setup.answered(message.model_dump(mode="json", by_alias=True))

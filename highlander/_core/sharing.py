@@ -10,7 +10,9 @@ from the ATTACH (:func:`incumbent_admits`), so neither side trusts the
 other's reading.
 
 * **Holders that do not share** say nothing of their build; a newcomer
-  succeeds them as without share mode (``only``: refuses to start).
+  succeeds them as without share mode (``only``: refuses to start), once
+  they have held for :data:`SETTLED` seconds (a new holder's server starts
+  sharing a moment after its claim).
 * **Builds.** A newer build succeeds (an upgrade: today's handover); the
   same or an older one shares.  Versions compare by their leading dotted
   numbers (``1.10.0`` is newer than ``1.9.2``); two builds that differ but
@@ -59,6 +61,12 @@ class Choice(enum.Enum):
     ATTACH = "attach"
     SUCCEED = "succeed"
     REFUSE = "refuse"
+    #: A holder that may not have started sharing yet: ask it again shortly.
+    WAIT = "wait"
+
+
+#: How long a holder may take from its claim to serving attached sessions, in seconds.
+SETTLED = 2.0
 
 
 class Verdict(Value):
@@ -110,10 +118,22 @@ def _newer(newcomer: str, holder: str) -> bool:
     return order is None or order > 0
 
 
-def newcomer_chooses(mode: ShareMode, ours: Build, hello: Hello) -> Verdict:
-    """Attach to the holder that sent ``hello``, succeed it, or refuse to start."""
+def newcomer_chooses(
+    mode: ShareMode, ours: Build, hello: Hello, held_for: float = SETTLED
+) -> Verdict:
+    """Attach to the holder that sent ``hello``, succeed it, wait, or refuse to start.
+
+    ``held_for``: seconds since that holder's reign began (HELLO's
+    ``since_ms`` against our clock).  A holder that does not share yet but
+    has held for less than :data:`SETTLED` may be about to (its server
+    starts serving attached sessions after ``ensure_singleton`` returned:
+    relays that re-attach after a holder change arrive in that window), so
+    the newcomer asks again (:attr:`Choice.WAIT`) rather than replace it.
+    """
     if mode is ShareMode.OFF:
         return Verdict(Choice.SUCCEED)
+    if not hello.shares and 0 <= held_for < SETTLED:
+        return Verdict(Choice.WAIT)
     if not hello.shares:
         return _cannot(mode, Reason.NO_SHARE)  # its build is not said: it does not share
     if _newer(ours.version, hello.build):

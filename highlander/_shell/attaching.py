@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from highlander._core.errors import HighlanderError, Reason, ShareRefusedError
 from highlander._core.messages import Attach, Attached, Busy, Refused
@@ -81,7 +82,10 @@ async def attach(
     hello = greeting.hello
     if declined.covers(hello):
         return None
-    verdict = newcomer_chooses(settings.share, settings.build(), hello)
+    held_for = time.time() - hello.since_ms / 1000  # one machine: share mode is local only
+    verdict = newcomer_chooses(settings.share, settings.build(), hello, held_for)
+    if verdict.choice is Choice.WAIT:
+        return Changed()  # a holder that has just claimed: ask it again in a moment
     if verdict.choice is not Choice.ATTACH:
         if verdict.reason is not None:
             refuse = verdict.choice is Choice.REFUSE
@@ -151,7 +155,7 @@ def become_relay(settings: Settings, relay: Relay) -> NoReturn:
     os.set_inheritable(relay.fd, True)
     from highlander._relay import command as relay_command  # noqa: PLC0415 - only a relay
 
-    argv = relay_command(relay.fd, relay.rest)
+    argv = relay_command(relay.fd, relay.rest, relay.holder)
     # How to start this server again when the holder goes (the relay re-attaches
     # or is promoted: docs/mcp.md); HIGHLANDER_RESUME, if we were started so,
     # stays in the environment for the relay to replay its client's setup.

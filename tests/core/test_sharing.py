@@ -10,6 +10,7 @@ from highlander._core.errors import Reason
 from highlander._core.messages import Attach, Hello
 from highlander._core.sharing import (
     EXPLAINED,
+    SETTLED,
     Build,
     Choice,
     ShareMode,
@@ -81,6 +82,21 @@ def test_what_cannot_share_succeeds_or_refuses_with_the_reason(
     assert (unshared.choice, unshared.reason) == (choice, Reason.NO_SHARE)
 
 
+@pytest.mark.parametrize("mode", [ShareMode.ON, ShareMode.ONLY])
+def test_a_holder_that_has_just_claimed_is_asked_again_before_it_is_judged(
+    mode: ShareMode,
+) -> None:
+    """Its server starts sharing a moment after the claim: relays re-attaching arrive then."""
+    unshared = hello(build="", shares=False)
+    young = newcomer_chooses(mode, Build("1.0", FP), unshared, SETTLED - 0.001)
+    assert (young.choice, young.reason) == (Choice.WAIT, None)
+    settled = newcomer_chooses(mode, Build("1.0", FP), unshared, SETTLED)
+    assert settled.reason is Reason.NO_SHARE and settled.choice is not Choice.WAIT
+    assert newcomer_chooses(mode, Build("1.0", FP), hello(), 0.0).choice is Choice.ATTACH
+    off = newcomer_chooses(ShareMode.OFF, Build("1.0", FP), unshared, 0.0)
+    assert off.choice is Choice.SUCCEED  # share mode off: today's succession, at once
+
+
 def test_the_holder_checks_the_attach_again() -> None:
     ours = Build("1.0", FP)
     assert incumbent_admits(True, "notes", ours, attach()) is None
@@ -103,11 +119,11 @@ PRINTS = ["", FP, "other"]
 
 def test_both_sides_agree_over_the_whole_small_domain() -> None:
     """A newcomer attaches exactly where the holder admits it: never an ATTACH it refuses."""
-    for mine, my_print, theirs, their_print, shares, mode in itertools.product(
-        BUILDS, PRINTS, BUILDS, PRINTS, [True, False], list(ShareMode)
+    for mine, my_print, theirs, their_print, shares, mode, held in itertools.product(
+        BUILDS, PRINTS, BUILDS, PRINTS, [True, False], list(ShareMode), [0.0, SETTLED]
     ):
         hello_ = hello(theirs, their_print, shares=shares)
-        verdict = newcomer_chooses(mode, Build(mine, my_print), hello_)
+        verdict = newcomer_chooses(mode, Build(mine, my_print), hello_, held)
         admitted = incumbent_admits(
             shares, "notes", Build(theirs, their_print), attach(mine, my_print)
         )
@@ -119,4 +135,5 @@ def test_both_sides_agree_over_the_whole_small_domain() -> None:
             their_print,
             shares,
             mode,
+            held,
         )

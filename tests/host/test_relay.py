@@ -22,8 +22,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from highlander import _relay
-from highlander._relay import PRIVATE, RESTARTED, RESUME, Setup, dump, parse
+from highlander import _relay, _resume
+from highlander._resume import PRIVATE, RESTARTED, RESUME, Setup, dump, parse
 
 INIT = {
     "jsonrpc": "2.0",
@@ -122,9 +122,9 @@ def test_a_new_server_is_compared_with_the_one_the_client_initialized_with() -> 
 
 def test_restarts_are_bounded_within_a_window() -> None:
     setup = Setup()
-    assert all(setup.may_restart(float(t)) for t in range(_relay.MAX_RESTARTS))
-    assert not setup.may_restart(float(_relay.MAX_RESTARTS))
-    assert setup.may_restart(_relay.WINDOW + _relay.MAX_RESTARTS + 1.0)  # the old ones aged out
+    assert all(setup.may_restart(float(t)) for t in range(_resume.MAX_RESTARTS))
+    assert not setup.may_restart(float(_resume.MAX_RESTARTS))
+    assert setup.may_restart(_resume.WINDOW + _resume.MAX_RESTARTS + 1.0)  # the old ones aged out
 
 
 class Running:
@@ -206,10 +206,11 @@ def test_a_lost_holder_gets_the_call_in_flight_one_error_and_nothing_more(
     call = line({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "slow"}})
     relay.send(call)
     relay.received(len(call))
-    relay.holder.close()  # the holder goes
+    relay.holder.close()  # the holder goes; our client stays until it heard back
+    said = [relay.stdout.readline(), relay.stdout.readline()]
     status, out = relay.finish()
     assert status == 0
-    lines = [json.loads(raw) for raw in out.splitlines()]
+    lines = [json.loads(raw) for raw in [*said, *out.splitlines()]]
     assert lines[0]["id"] == 0  # the initialize answer, passed on
     assert lines[1:] == [
         {"jsonrpc": "2.0", "id": 9, "error": {"code": RESTARTED[0], "message": RESTARTED[1]}}
