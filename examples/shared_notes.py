@@ -54,9 +54,7 @@ async def my_roots(ctx: Context) -> list[str]:
 
 def main() -> None:
     """Hold the project, or attach to its server; then serve every client."""
-    hl = Highlander.ensure_singleton(
-        app="notes", on_save=save, build=os.environ.get("NOTES_BUILD")
-    )
+    hl = Highlander.ensure_singleton(app="notes", on_save=save, build=os.environ.get("NOTES_BUILD"))
     restore(hl.handoff)
     highlander.mcp.run(server, hl)
 

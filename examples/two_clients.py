@@ -20,6 +20,8 @@ import os
 import secrets
 import sys
 import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,6 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 HERE = Path(__file__).resolve().parent
-NAME_A, NAME_B = (types.Implementation(name=n, version="1") for n in ("A", "B"))
 
 
 def server(base: Path) -> StdioServerParameters:
@@ -57,18 +58,26 @@ async def call(session: ClientSession, tool: str, **arguments: Any) -> Any:
     return result.structured_content
 
 
-async def first_client(params: StdioServerParameters, base: Path, ready: Any, leave: Any) -> None:
-    """Client A: the first, so its server holds; it writes a note, then leaves when told."""
-    with open(base / "A.stderr", "w", encoding="utf-8") as err:
+@asynccontextmanager
+async def connected(name: str, params: StdioServerParameters, base: Path) -> AsyncIterator[Any]:
+    """A client named ``name`` that started its server (stderr to ``<base>/<name>.stderr``)."""
+    info = types.Implementation(name=name, version="1")
+    with open(base / f"{name}.stderr", "w", encoding="utf-8") as err:
         async with (
             stdio_client(params, errlog=err) as (r, w),
-            ClientSession(r, w, client_info=NAME_A) as a,
+            ClientSession(r, w, client_info=info) as session,
         ):
-            await a.initialize()
-            print("A: served by", await call(a, "who_calls"))
-            await call(a, "add_note", key="plan", text="written by A")
-            ready.set()
-            await leave.wait()
+            await session.initialize()
+            print(f"{name}: served by", await call(session, "who_calls"))
+            yield session
+
+
+async def first_client(params: StdioServerParameters, base: Path, ready: Any, leave: Any) -> None:
+    """Client A: the first, so its server holds; it writes a note, then leaves when told."""
+    async with connected("A", params, base) as a:
+        await call(a, "add_note", key="plan", text="written by A")
+        ready.set()
+        await leave.wait()
     print("A: left (its server hands over to B's)")
 
 
@@ -81,31 +90,25 @@ async def main() -> None:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(first_client, params, base, ready, leave)
             await ready.wait()
-            with open(base / "B.stderr", "w", encoding="utf-8") as err:
-                async with (
-                    stdio_client(params, errlog=err) as (r, w),
-                    ClientSession(r, w, client_info=NAME_B) as b,
-                ):
-                    await b.initialize()
-                    print("B: served by", await call(b, "who_calls"))
-                    print("B: reads", await call(b, "get_note", key="plan"))
-                    running = anyio.Event()
+            async with connected("B", params, base) as b:
+                print("B: reads", await call(b, "get_note", key="plan"))
+                running = anyio.Event()
 
-                    async def progress(value: float, total: float | None, text: str | None) -> None:
-                        running.set()
+                async def progress(value: float, total: float | None, text: str | None) -> None:
+                    running.set()
 
-                    async def slow() -> None:
-                        try:
-                            await b.call_tool("count_to", {"steps": 60}, progress_callback=progress)
-                        except MCPError as exc:
-                            print("B: its call in flight:", exc.error.message)
+                async def slow() -> None:
+                    try:
+                        await b.call_tool("count_to", {"steps": 60}, progress_callback=progress)
+                    except MCPError as exc:
+                        print("B: its call in flight:", exc.error.message)
 
-                    async with anyio.create_task_group() as calls:
-                        calls.start_soon(slow)
-                        await running.wait()
-                        leave.set()  # A leaves while B's call runs
-                    print("B: served by", await call(b, "who_calls"))
-                    print("B: still reads", await call(b, "get_note", key="plan"))
+                async with anyio.create_task_group() as calls:
+                    calls.start_soon(slow)
+                    await running.wait()
+                    leave.set()  # A leaves while B's call runs
+                print("B: served by", await call(b, "who_calls"))
+                print("B: still reads", await call(b, "get_note", key="plan"))
 
 
 if __name__ == "__main__":

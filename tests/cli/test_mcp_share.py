@@ -14,8 +14,8 @@ replaces the first, and the first client's next call fails.
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,6 +103,16 @@ def _innermost(exc: BaseException) -> BaseException:
 def show_stderr(tmp_path: Path) -> None:
     for path in sorted(tmp_path.glob("*.stderr")):
         print(f"--- {path.name}\n{path.read_text()}")
+
+
+@contextmanager
+def stderr_shown(tmp_path: Path) -> Iterator[None]:
+    """On a failure inside, print every server's stderr (their events, their tracebacks)."""
+    try:
+        yield
+    except BaseException:
+        show_stderr(tmp_path)
+        raise
 
 
 @dataclass

@@ -18,7 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from highlander._resume import RESTARTED
 from tests.cli.test_mcp_e2e import Processes, events, processes
-from tests.cli.test_mcp_share import Client, client, params, show_stderr
+from tests.cli.test_mcp_share import Client, client, params, stderr_shown
 from tests.support.paths import EXAMPLES, PROGRAMS
 from tests.support.proctools import WAIT
 
@@ -96,6 +96,40 @@ async def gone(processes: Processes, pid: int) -> None:
         await processes.gone(pid)
 
 
+async def interrupted(c: Client, act: Callable[[], Awaitable[None]]) -> None:
+    """``act`` while a call of ``c`` is in flight; that call gets the one clean error."""
+    outcome: dict[str, Any] = {}
+    started = anyio.Event()
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(slow_call, c, outcome, started)
+        with anyio.fail_after(WAIT):
+            await started.wait()
+        await act()
+    restarted(outcome)
+
+
+class Pair:
+    """A (its own task: the host's client, whose server holds) and B (relayed) after A wrote
+    a note: ``holder`` is A's server, ``relay`` B's."""
+
+    def __init__(self, host: Hosted, b: Client, holder: int, relay: int) -> None:
+        self.host, self.b, self.holder, self.relay = host, b, holder, relay
+
+
+@asynccontextmanager
+async def shared_pair(
+    server: StdioServerParameters, tmp_path: Path, processes: Processes
+) -> AsyncIterator[Pair]:
+    async with hosted("A", server, tmp_path) as a:
+        assert a.client is not None
+        holder = (await a.client.call("who_calls"))["pid"]
+        await a.client.call("add_note", key="k", text="from A")
+        async with client("B", server, tmp_path / "B.stderr") as b:
+            (relay,) = [s.pid for s in processes.spawned if s.pid != holder]
+            assert (await b.call("who_calls"))["pid"] == holder
+            yield Pair(a, b, holder, relay)
+
+
 @pytest.mark.asyncio
 async def test_the_hosts_client_leaves_and_a_relayed_client_keeps_working(
     tmp_path: Path, processes: Processes
@@ -106,36 +140,24 @@ async def test_the_hosts_client_leaves_and_a_relayed_client_keeps_working(
     its own process now, with A's note handed over; A's server left by
     itself (status 0), before the SDK's kill.
     """
-    server = params(tmp_path)
-    outcome: dict[str, Any] = {}
-    try:
-        async with hosted("A", server, tmp_path) as a:
-            assert a.client is not None
-            holder = (await a.client.call("who_calls"))["pid"]
-            await a.client.call("add_note", key="k", text="from A")
-            async with client("B", server, tmp_path / "B.stderr") as b:
-                (relay,) = [s.pid for s in processes.spawned if s.pid != holder]
-                assert (await b.call("who_calls"))["pid"] == holder
-                started = anyio.Event()
-                async with anyio.create_task_group() as tasks:
-                    tasks.start_soon(slow_call, b, outcome, started)
-                    with anyio.fail_after(WAIT):
-                        await started.wait()
-                    a.leave.set()
-                restarted(outcome)
-                assert await b.call("who_calls") == {"pid": relay, "client": "B"}
-                assert await b.call("get_note", key="k") == "from A"
-                assert await b.call("count_to", steps=2) == 2
-                assert b.faults == []
-                await gone(processes, holder)
+    with stderr_shown(tmp_path):
+        async with shared_pair(params(tmp_path), tmp_path, processes) as pair:
+            b, holder, relay = pair.b, pair.holder, pair.relay
+
+            async def leave() -> None:
+                pair.host.leave.set()
+
+            await interrupted(b, leave)
+            assert await b.call("who_calls") == {"pid": relay, "client": "B"}
+            assert await b.call("get_note", key="k") == "from A"
+            assert await b.call("count_to", steps=2) == 2
+            assert b.faults == []
+            await gone(processes, holder)
         took = events(tmp_path, relay)
         assert took["claimed"]["outcome"] == "succeeded"
         assert took["claimed"]["peer_pid"] == holder
         assert events(tmp_path, holder)["relinquished"]["peer_pid"] == relay
         assert [s.process.returncode for s in processes.spawned if s.pid == holder] == [0]
-    except BaseException:
-        show_stderr(tmp_path)
-        raise
 
 
 def upgradable_server(tmp_path: Path) -> tuple[StdioServerParameters, Path]:
@@ -157,7 +179,7 @@ async def test_an_upgrade_with_relays_attached_keeps_every_client(
     with the notes, and both relayed clients go on with the new build, no re-initialize."""
     server, main = upgradable_server(tmp_path)
     outcomes: dict[str, dict[str, Any]] = {"B": {}, "C": {}}
-    try:
+    with stderr_shown(tmp_path):
         async with (
             client("A", server, tmp_path / "A.stderr") as a,  # the host's: it loses its server
             client("B", server, tmp_path / "B.stderr") as b,
@@ -197,49 +219,40 @@ async def test_an_upgrade_with_relays_attached_keeps_every_client(
         took = events(tmp_path, upgraded)["claimed"]
         assert (took["outcome"], took["peer_pid"]) == ("succeeded", holder)
         assert events(tmp_path, holder)["relinquished"]["peer_pid"] == upgraded
-    except BaseException:
-        show_stderr(tmp_path)
-        raise
 
 
 @pytest.mark.asyncio
 async def test_a_stopped_holder_with_relays_is_replaced_and_the_relays_reattach(
     tmp_path: Path, processes: Processes
 ) -> None:
-    """(5) The holder is SIGSTOPped; a new client's server ends it (the verified kill) and
-    holds; the relayed client's call in flight gets the error and it goes on there."""
+    """(5) The holder is SIGSTOPped and a new client starts: the stopped holder is ended
+    (the verified kill), one server holds, the relayed client's call in flight gets the
+    error and it goes on there, and nobody else is signalled."""
     server = params(tmp_path)
-    outcome: dict[str, Any] = {}
-    try:
-        async with hosted("A", server, tmp_path) as a:
-            assert a.client is not None
-            holder = (await a.client.call("who_calls"))["pid"]
-            async with client("B", server, tmp_path / "B.stderr") as b:
-                (relay,) = [s.pid for s in processes.spawned if s.pid != holder]
-                started = anyio.Event()
-                async with anyio.create_task_group() as tasks:
-                    tasks.start_soon(slow_call, b, outcome, started)
-                    with anyio.fail_after(WAIT):
-                        await started.wait()
-                    os.kill(holder, signal.SIGSTOP)
-                    async with client("C", server, tmp_path / "C.stderr") as c:
-                        successor = (await c.call("who_calls"))["pid"]
-                        assert successor not in (holder, relay)
-                        restarted_in_time = anyio.Event()
-                        tasks.start_soon(_when_done, outcome, restarted_in_time)
-                        with anyio.fail_after(WAIT):
-                            await restarted_in_time.wait()
-                        restarted(outcome)
-                        assert await b.call("who_calls") == {"pid": successor, "client": "B"}
-                        assert b.faults == []
-                        signalled = {
-                            e["peer_pid"] for e in every_event(tmp_path) if e["event"] in SIGNALS
-                        }
-                        assert signalled == {holder}  # the stopped holder, never a relay
-                a.leave.set()
-    except BaseException:
-        show_stderr(tmp_path)
-        raise
+    with stderr_shown(tmp_path):
+        async with (
+            shared_pair(server, tmp_path, processes) as pair,
+            anyio.create_task_group() as tg,
+        ):
+            b, holder = pair.b, pair.holder
+            host_c = Hosted()
+
+            async def stop_and_start_c() -> None:
+                os.kill(holder, signal.SIGSTOP)
+                tg.start_soon(host_c.run, "C", server, tmp_path / "C.stderr")
+
+            await interrupted(b, stop_and_start_c)
+            with anyio.fail_after(WAIT):
+                await host_c.ready.wait()
+            assert host_c.client is not None
+            successor = (await host_c.client.call("who_calls"))["pid"]
+            # C's server, or B's own (its relay also counts a stopped holder gone): one of them.
+            assert successor != holder
+            assert await b.call("who_calls") == {"pid": successor, "client": "B"}
+            assert b.faults == []
+            signalled = {e["peer_pid"] for e in every_event(tmp_path) if e["event"] in SIGNALS}
+            assert signalled == {holder}  # the stopped holder, never a relay
+            host_c.leave.set()
 
 
 SIGNALS = ("terminated", "killed")
@@ -249,12 +262,6 @@ def every_event(tmp_path: Path) -> list[dict[str, Any]]:
     """Every event logged in the test's runtime directory."""
     logs = sorted((tmp_path / "rt").glob("*.events.jsonl"))
     return [json.loads(line) for log in logs for line in log.read_text().splitlines()]
-
-
-async def _when_done(outcome: dict[str, Any], done: anyio.Event) -> None:
-    while not outcome:
-        await anyio.sleep(0.02)
-    done.set()
 
 
 def test_the_two_clients_example_runs_as_documented(tmp_path: Path) -> None:
@@ -279,34 +286,20 @@ async def test_a_relay_whose_client_waits_on_a_stopped_holder_does_not_wait_fore
 ) -> None:
     """(5) No newcomer comes: the relay itself sees its holder stopped while its client
     waits, counts it gone, and the server it starts again ends it and takes over."""
-    server = params(tmp_path)
-    outcome: dict[str, Any] = {}
-    try:
-        async with hosted("A", server, tmp_path) as a:
-            assert a.client is not None
-            holder = (await a.client.call("who_calls"))["pid"]
-            await a.client.call("add_note", key="k", text="from A")
-            async with client("B", server, tmp_path / "B.stderr") as b:
-                (relay,) = [s.pid for s in processes.spawned if s.pid != holder]
-                started = anyio.Event()
-                async with anyio.create_task_group() as tasks:
-                    tasks.start_soon(slow_call, b, outcome, started)
-                    with anyio.fail_after(WAIT):
-                        await started.wait()
-                    os.kill(holder, signal.SIGSTOP)
-                restarted(outcome)
-                assert await b.call("who_calls") == {"pid": relay, "client": "B"}
-                assert b.faults == []
-                signalled = {e["peer_pid"] for e in every_event(tmp_path) if e["event"] in SIGNALS}
-                assert signalled == {holder}
-                assert events(tmp_path, relay)["claimed"]["outcome"] in (
-                    "claimed_free",
-                    "claimed_stale",
-                )
-            a.leave.set()
-    except BaseException:
-        show_stderr(tmp_path)
-        raise
+    with stderr_shown(tmp_path):
+        async with shared_pair(params(tmp_path), tmp_path, processes) as pair:
+            b, holder, relay = pair.b, pair.holder, pair.relay
+
+            async def stop() -> None:
+                os.kill(holder, signal.SIGSTOP)
+
+            await interrupted(b, stop)
+            assert await b.call("who_calls") == {"pid": relay, "client": "B"}
+            assert b.faults == []
+            signalled = {e["peer_pid"] for e in every_event(tmp_path) if e["event"] in SIGNALS}
+            assert signalled == {holder}
+            claimed = events(tmp_path, relay)["claimed"]["outcome"]
+            assert claimed in ("claimed_free", "claimed_stale")
 
 
 @pytest.mark.asyncio
@@ -323,7 +316,7 @@ async def test_a_holder_that_has_not_started_sharing_yet_is_waited_for_not_repla
         update={"env": {**(first.env or {}), "HIGHLANDER_TEST_SERVE_AFTER": "0"}}
     )
     host = Hosted()
-    try:
+    with stderr_shown(tmp_path):
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(host.run, "A", first, tmp_path / "A.stderr")
             with anyio.fail_after(WAIT):
@@ -340,6 +333,3 @@ async def test_a_holder_that_has_not_started_sharing_yet_is_waited_for_not_repla
             assert "claimed" not in events(tmp_path, relay)
             assert events(tmp_path, relay)["attached"]["peer_pid"] == holder
             host.leave.set()
-    except BaseException:
-        show_stderr(tmp_path)
-        raise

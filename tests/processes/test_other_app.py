@@ -22,13 +22,12 @@ from highlander._core.codec import decode_payload
 from highlander._core.errors import RemoteProtocolError
 from highlander._core.messages import Hello, Intent, Refused, Save
 from highlander._core.state import State
-from highlander._host.settings import Settings
 from highlander._host.waiting import BLOCKING, run_blocking
 from highlander._shell.admission import other_app
 from highlander._shell.newcomer import acquire
 from tests.support.attacktools import Attacker, key_for, paths_of, read_frame, signed_status
 from tests.support.core import ConnectionPair
-from tests.support.proctools import TOKEN, WAIT, Children
+from tests.support.proctools import WAIT, Children
 
 # -- pure ---------------------------------------------------------------------------
 
@@ -114,15 +113,7 @@ def test_a_real_holder_hands_nothing_to_another_app(kids: Children) -> None:
 def test_a_newcomer_that_reaches_another_app_says_how_to_fix_it(kids: Children) -> None:
     holder = kids.start(app="alpha")
     assert holder.wait_for("ready")["is_holder"]
-    settings = Settings.resolve(
-        app="beta",
-        project=str(kids.project),
-        mode=None,
-        token=TOKEN,
-        timeouts=None,
-        runtime_dir=str(kids.runtime),
-        env=kids.env(),
-    )
+    settings = kids.settings("beta")
     settings.paths = paths_of(kids, "alpha")  # two apps on one socket
     with pytest.raises(OtherAppError) as info:
         run_blocking(acquire(settings, BLOCKING, timeout=WAIT))

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 
 from highlander._core.deadlines import Timeouts
-from highlander._host.settings import Settings
 from highlander._host.waiting import BLOCKING, run_blocking
 from highlander._shell.unreachable import end_unreachable_holder
-from tests.support.proctools import TOKEN, Children
+from tests.support.proctools import Children
 
 FAST = {"hello": 0.5, "stall": 0.6, "ceiling": 1.5, "exit_grace": 0.5, "term_grace": 0.5}
 
@@ -245,15 +244,7 @@ def test_a_holder_that_claimed_after_a_recordless_patience_ran_out_is_left_alone
     reign, looked at afresh, never signalled."""
     holder = kids.start()
     assert holder.wait_for("ready")["is_holder"]
-    settings = Settings.resolve(
-        app="child",
-        project=str(kids.project),
-        mode=None,
-        token=TOKEN,
-        timeouts=Timeouts(**FAST),
-        runtime_dir=str(kids.runtime),
-        env=kids.env(),
-    )
+    settings = kids.settings("child", Timeouts(**FAST))
     for sock in kids.runtime.glob("*.sock"):
         sock.unlink()  # nobody listens: what the patience ran out on
     run_blocking(end_unreachable_holder(settings, BLOCKING, queue_full=False, seen=None))

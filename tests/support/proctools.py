@@ -17,6 +17,11 @@ from typing import Any
 
 from tests.support.paths import PROGRAMS
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from highlander._core.deadlines import Timeouts
+    from highlander._host.settings import Settings
+
 CHILD = PROGRAMS / "child.py"
 TOKEN = "test-token-0123456789abcdef"
 #: Hang guard for waits on a child (not a performance assertion).
@@ -81,6 +86,20 @@ class Children:
         self.started: list[Child] = []
         #: Descriptors a test wants closed at the end.
         self.keep: list[int] = []
+
+    def settings(self, app: str, timeouts: Timeouts | None = None) -> Settings:
+        """This test's settings for ``app`` in-process, as its children resolve theirs."""
+        from highlander._host.settings import Settings
+
+        return Settings.resolve(
+            app=app,
+            project=str(self.project),
+            mode=None,
+            token=TOKEN,
+            timeouts=timeouts,
+            runtime_dir=str(self.runtime),
+            env=self.env(),
+        )
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HIGHLANDER_", "CLAUDE_"))}
