@@ -23,7 +23,7 @@ PACKAGE_DIR = Path(highlander.__file__).parent
 #: The floors, lowest first: the folder of each, or the modules directly in highlander/.
 FLOORS = ("_core", "_host", "_etcd", "_shell", "top", "_commands")
 #: Modules directly in highlander/ that are not on the "top" floor.
-TOP_LEVEL_EXCEPTIONS = {"cli": "_commands"}
+TOP_LEVEL_EXCEPTIONS = {"cli": "_commands", "_resume": "_core", "_relay": "_host"}
 
 
 def floor_of(dotted: str) -> str:

@@ -30,7 +30,7 @@ from highlander._etcd.session import app_root, holder_key
 from highlander._host.settings import Settings
 from highlander._shell.etcd_backend import EtcdBackend
 from tests.support.etcd_cluster import Cluster, post
-from tests.support.proctools import Child, Children, assert_no_overlap, wait_until_one_left
+from tests.support.proctools import WAIT, Child, Children, assert_no_overlap, wait_until_one_left
 
 #: Short leases keep the tests short on the suite's quiet local cluster (users get >= 5 s).
 TTL = 2
@@ -290,6 +290,11 @@ def test_a_deposed_holders_guarded_writes_fail(
         fencing = hl.fencing
         successor = hosts.start("h2")
         assert successor.wait_for("ready")["outcome"] == "succeeded"
+        # on_deposed runs after this process let go, which the successor waited for;
+        # whether it ran before the successor's report reached us is not promised.
+        until = time.monotonic() + WAIT
+        while not deposed and time.monotonic() < until:
+            time.sleep(0.01)
         assert deposed == [True]
         with pytest.raises(Deposed):
             hl.check_current()
