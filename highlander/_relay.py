@@ -45,6 +45,9 @@ import sys
 import time
 
 CHUNK = 65536
+#: The longest line the relay holds while it waits for its end (a line that long is
+#: not JSON-RPC anyone serves): past it, the relay leaves instead of growing.
+MAX_LINE = 64 * 1024 * 1024
 #: How long the holder has to end the session after the client closed stdin.
 LINGER = 5.0
 #: How the relay's server is started again: JSON ``{"argv": [...], "cwd": "..."}``.
@@ -216,8 +219,10 @@ class Relay:
             if not data:
                 return "done" if self.deadline is not None else "lost"
             # False: our client is gone; None: a server it does not know.
-            return None if self.to_client(data) else "done"
+            return None if self.to_client(data) and len(self.server) <= MAX_LINE else "done"
         if data:
+            if len(self.client) > MAX_LINE:
+                return "done"  # a line no server reads (highlander.mcp.MAX_LINE): we leave
             return None if self.to_server(data) else "lost"
         poller.unregister(0)  # our client closed stdin: we close our half, and linger
         try:

@@ -36,7 +36,8 @@ from highlander._shell.sessions import Session
 
 __all__ = ["notify_list_changed", "run", "serve"]
 
-#: The longest JSON-RPC line an attached client may send (the SDK's stdio has no limit).
+#: The longest JSON-RPC line an attached client may send (the SDK's stdio has no limit;
+#: the relay leaves past the same length, highlander._relay.MAX_LINE).
 MAX_LINE = 64 * 1024 * 1024
 #: How long a holder whose client left waits for a relay to take over (the SDK's
 #: stdio client kills its server 2 s after closing stdin; others may not).

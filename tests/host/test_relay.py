@@ -265,3 +265,15 @@ def test_a_resumed_relay_leaves_a_server_the_client_did_not_negotiate_with(
     relay.holder.sendall(line({"jsonrpc": "2.0", "id": f"{PRIVATE}0", "result": other}))
     assert relay.proc.wait(timeout=10) == 0
     assert relay.stdout.read() == b""  # the client sees its server leave, nothing else
+
+
+def test_a_line_that_never_ends_does_not_grow_the_relay_for_ever(running: list[Running]) -> None:
+    """Past MAX_LINE without a newline the relay leaves (its client sees its server exit)."""
+    relay = Running()
+    running.append(relay)
+    chunk = b"x" * (1 << 20)
+    with contextlib.suppress(BrokenPipeError):
+        for _ in range(_relay.MAX_LINE // len(chunk) + 2):
+            relay.send(chunk)
+    assert relay.proc.wait(timeout=30) == 0
+    assert relay.holder.recv(1) == b""  # the end of the session, and nothing of the line
