@@ -230,29 +230,12 @@ class Highlander(SharingApi):
         loop = SelectorLoop()
         loop.run(incumbent.serve, loop, self._parent)
 
-    # -- the async API ----------------------------------------------------------
+    # -- the async API (highlander._async_api) -----------------------------------
 
     async def __aenter__(self) -> Highlander:
-        import anyio  # noqa: PLC0415 - the caller's loop has it loaded already
+        from highlander._async_api import enter  # noqa: PLC0415
 
-        from highlander._host.waiting import ANYIO  # noqa: PLC0415
-
-        settings = self._resolve()
-        if one_claim.find(settings) is not None:
-            raise one_claim.claimed_twice(settings)
-        with hold():
-            result = await self._claim(settings, None, ANYIO)
-        one_claim.remember(self)
-        if result is None:
-            self._become_duplicate(settings)
-            return self
-        self._begin(result)
-        incumbent = self._new_incumbent()
-        assert incumbent is not None  # nobody could release a handle not yet returned
-        self._task_group = anyio.create_task_group()
-        await self._task_group.__aenter__()
-        self._task_group.start_soon(incumbent.serve, ANYIO, self._parent)
-        return self
+        return await enter(self)
 
     async def __aexit__(
         self,
@@ -260,11 +243,9 @@ class Highlander(SharingApi):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        self.release()
-        if self._task_group is not None:
-            self._task_group.cancel_scope.cancel()
-            return bool(await self._task_group.__aexit__(exc_type, exc, tb))
-        return None
+        from highlander._async_api import leave  # noqa: PLC0415
+
+        return await leave(self, exc_type, exc, tb)
 
     # -- state ------------------------------------------------------------------
 
