@@ -28,6 +28,7 @@ class LocalBackend:
     """One machine: ``flock``, a Unix socket, ``/proc`` and pidfd (the default)."""
 
     name = "local"
+    dials_early = True
 
     def claim(self, settings: Settings) -> Reign | None:
         """See :meth:`Backend.claim`: the lock without waiting, then the record."""
@@ -118,6 +119,12 @@ class LocalBackend:
         from highlander._shell.silent import local_silent  # noqa: PLC0415 - rare
 
         return local_silent(settings, greeting, connected_ms)
+
+    async def take_turn(self, settings: Settings, waiter: Waiter) -> None:
+        """See :meth:`Backend.take_turn`: no turns on one machine (the kernel orders connects)."""
+
+    def leave_turn(self) -> None:
+        """See :meth:`Backend.leave_turn`: nothing to give up."""
 
     async def await_exit(self, settings: Settings, pid: int, within: float, waiter: Waiter) -> None:
         """See :meth:`Backend.await_exit`: a pidfd."""

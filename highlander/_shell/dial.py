@@ -58,6 +58,8 @@ def dial_early(settings: Settings, backend: Backend) -> tuple[socket.socket, int
     """
     import time  # noqa: PLC0415 - contended only
 
+    if not backend.dials_early:
+        return None  # its newcomers take turns first (etcd)
     when = int(time.time() * 1000)
     try:
         sock = backend.open(settings)

@@ -41,6 +41,7 @@ from highlander._shell.client import Greeting, Silent
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
+    from highlander._etcd.queue import Turn
     from highlander._shell.incumbent import Incumbent
 
 #: How often a newcomer looks whether a holder busy handing over has gone.
@@ -60,6 +61,7 @@ class EtcdBackend:
     """An etcd cluster: a holder key on a lease, conversations as sealed keys."""
 
     name = "etcd"
+    dials_early = False  # its newcomers take turns first (take_turn)
 
     def __init__(self, settings: Settings) -> None:
         """A session with the cluster ``settings.backend`` names (nothing sent yet)."""
@@ -89,6 +91,8 @@ class EtcdBackend:
         #: conclusion settled it: a claim that begins the very next reign carries it.
         self.saved: tuple[int, dict[str, object] | None] | None = None
         self._channel_key: bytes | None = None
+        #: Our place in the project's queue of newcomers (:mod:`highlander._etcd.queue`).
+        self._turn: Turn | None = None
 
     # -- claim, holder, look ------------------------------------------------------------
 
@@ -235,17 +239,9 @@ class EtcdBackend:
         return self._credentials(value)
 
     def _credentials(self, value: HolderValue) -> PeerCredentials:
-        # A uid means nothing on another host: there the token and etcd's own
-        # access control are what keep others out (docs/threat-model.md).
-        from highlander._host.identity import process_identity  # noqa: PLC0415
+        from highlander._shell.etcd_peer import credentials  # noqa: PLC0415
 
-        if not self.local(value):
-            return PeerCredentials(value.pid, os.geteuid(), -1)
-        actual = process_identity(value.pid)
-        if actual is None or actual.start_time != value.start_time:
-            # Gone, its lease not yet: nobody answers, and nobody is left to signal.
-            return PeerCredentials(value.pid, os.geteuid(), -1)
-        return PeerCredentials(value.pid, actual.uid, -1)
+        return credentials(value, local=self.local(value))
 
     def sees(self, sock: socket.socket) -> bool:
         """See :meth:`Backend.sees`: only a peer on this host and boot."""
@@ -256,19 +252,10 @@ class EtcdBackend:
         self, settings: Settings, hello: Hello, sock: socket.socket, pid: int
     ) -> str | None:
         """See :meth:`Backend.hello_problem`: HELLO against the holder key (and ``/proc`` here)."""
-        opened = self._opened[sock]
-        holder = opened.holder
-        claimed = (hello.pid, hello.start_time, hello.exe, hello.generation)
-        if claimed != (holder.pid, holder.start_time, holder.exe, holder.generation):
-            return (
-                f"HELLO names pid {hello.pid} of generation {hello.generation}, but the holder "
-                f"key names pid {holder.pid} of generation {holder.generation} on {holder.host}"
-            )
-        if self.local(holder):
-            from highlander._shell.client import hello_problem  # noqa: PLC0415
+        from highlander._shell.etcd_peer import hello_mismatch  # noqa: PLC0415
 
-            return hello_problem(settings, hello, pid)
-        return None
+        holder = self._opened[sock].holder
+        return hello_mismatch(settings, hello, holder, pid, local=self.local(holder))
 
     def silent(self, settings: Settings, greeting: Silent, connected_ms: int) -> Setback:
         """See :meth:`Backend.silent` (:mod:`highlander._shell.etcd_silent`)."""
@@ -292,6 +279,20 @@ class EtcdBackend:
             if last is None or kv is None or kv.mod_revision != last.incumbent.token:
                 return
             await waiter.sleep(POLL)
+
+    async def take_turn(self, settings: Settings, waiter: Waiter) -> None:
+        """See :meth:`Backend.take_turn`: converse only while no older newcomer is queued."""
+        if self._turn is None:
+            from highlander._etcd.queue import Turn  # noqa: PLC0415
+
+            self._turn = Turn(self.session, self.root, f"{self.me.host}-{os.getpid()}", self.me)
+        timeouts = settings.timeouts
+        await self._turn.wait(waiter, timeouts.ceiling + timeouts.hello + timeouts.exit_grace)
+
+    def leave_turn(self) -> None:
+        """See :meth:`Backend.leave_turn`: our queue key deleted (else it goes with our lease)."""
+        if self._turn is not None:
+            self._turn.leave()
 
     # -- the handover ---------------------------------------------------------------------
 

@@ -106,6 +106,7 @@ async def acquire(
         assert timeout is not None
         raise out_of_time(settings, timeout) from None
     finally:
+        backend.leave_turn()
         if first is not None:
             first[0].close()  # unused (the project came free), or closed by its attempt already
 
@@ -121,6 +122,8 @@ async def _acquire(
             return reign
         if settings.mode is not Mode.AUTO:
             return Duplicate()
+        if first is None:
+            await backend.take_turn(settings, waiter)
         found = await _attempt(settings, waiter, backend, declined, first)
         first = None
         if isinstance(found, Reign | Relay):

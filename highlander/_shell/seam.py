@@ -57,6 +57,9 @@ class Backend(Protocol):
 
     #: Short name, as in ``HIGHLANDER_BACKEND`` (``local``).
     name: str
+    #: Whether a newcomer may open its first conversation before it takes its turn
+    #: (:meth:`take_turn`): the local backend has no turns.
+    dials_early: bool
 
     def claim(self, settings: Settings) -> Reign | None:
         """Hold the project if nobody does; ``None`` while somebody does.
@@ -130,6 +133,12 @@ class Backend(Protocol):
 
     async def await_exit(self, settings: Settings, pid: int, within: float, waiter: Waiter) -> None:
         """Wait (at most ``within``) until the holder ``pid``, busy handing over, is gone."""
+
+    async def take_turn(self, settings: Settings, waiter: Waiter) -> None:
+        """Before a conversation with the holder: wait while other newcomers converse (bounded)."""
+
+    def leave_turn(self) -> None:
+        """The newcomer is done (holds, attached, gave up): others may converse."""
 
     async def conclude(
         self, settings: Settings, greeting: Greeting, saved: Saved, fds: list[int], started: float

@@ -1,0 +1,108 @@
+"""Newcomers over etcd take turns: one conversation with the holder at a time.
+
+A storm of newcomers used to open a conversation each, retry after each
+setback, and overload the holder they all talked to until it missed
+deadlines and was fenced while healthy (chaos-etcd, docs/reliability.md).
+Now each newcomer whose claim found the project held puts a key under the
+project's queue prefix on its own lease (the order of etcd's election
+recipe: the keys' create revisions) and converses only while no older key
+is there.  A newcomer that dies or stops loses its key with its lease (one
+TTL); one that holds or gives up deletes it (:meth:`Turn.leave`).
+
+Never a wedge: a turn waits only while the newcomer ahead makes way.  If
+the oldest key ahead stays the same for as long as a whole handover may
+take (``patience``), we converse anyway, as before queues; an etcd that
+refuses the queue's requests leaves us conversing as before too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+
+from highlander._core.errors import EtcdError
+from highlander._etcd import api
+from highlander._etcd.client import Client
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
+if TYPE_CHECKING:
+    from highlander._etcd.session import HolderValue, Session
+    from highlander._host.waiting import Waiter
+
+#: How often a queued newcomer looks whether its turn came, and how many looks at most.
+POLL = 0.2
+MAX_LOOKS = 3000
+
+
+def queue_prefix(root: bytes) -> bytes:
+    """Where a project's newcomers queue (under its root, beside the holder key)."""
+    return root + b"queue/"
+
+
+async def join(client: Client, key: bytes, value: bytes, lease: int) -> int:
+    """Put our place ``key`` in the queue on ``lease``: its create revision (our order)."""
+    answer = api.txn(await client.call("/v3/kv/txn", api.put_if_absent(key, value, lease)))
+    return answer.kvs[0].create_revision if answer.kvs else answer.header.revision
+
+
+async def ahead(client: Client, prefix: bytes, key: bytes, revision: int) -> list[bytes] | None:
+    """The queue's keys older than ours, oldest first; ``None`` if ours is gone."""
+    _, kvs = api.got(await client.call("/v3/kv/range", api.get(prefix, prefix=True)))
+    if not any(kv.key == key for kv in kvs):
+        return None
+    older = sorted((kv for kv in kvs if kv.create_revision < revision), key=_created)
+    return [kv.key for kv in older]
+
+
+def _created(kv: api.KeyValue) -> int:
+    return kv.create_revision
+
+
+async def leave(client: Client, key: bytes) -> None:
+    """Give our place up (its lease would take it with it in one TTL anyway)."""
+    await client.call("/v3/kv/deleterange", {"key": api.b64(key)})
+
+
+class Turn:
+    """One newcomer's place in its project's queue."""
+
+    def __init__(self, session: Session, root: bytes, name: str, me: HolderValue) -> None:
+        """A place for ``name`` (host and pid) in the queue of ``root``, not taken yet."""
+        self.session = session
+        self.prefix = queue_prefix(root)
+        self.key = self.prefix + f"{name}/{secrets.token_hex(6)}".encode()
+        self.value = me.encode()
+        self.revision: int | None = None
+
+    async def wait(self, waiter: Waiter, patience: float) -> None:
+        """Until no newcomer older than us is queued (see the module docstring)."""
+        head, since = b"", waiter.now()
+        for _ in range(MAX_LOOKS):
+            try:
+                older = self._older()
+            except EtcdError:
+                return  # no queue today: converse
+            if older is None:
+                self.revision = None  # our lease was replaced: our place went with it
+                continue
+            if not older:
+                return
+            if older[0] != head:
+                head, since = older[0], waiter.now()
+            elif waiter.now() - since > patience:
+                return  # the newcomer ahead makes no way: converse anyway
+            await waiter.sleep(POLL)
+
+    def _older(self) -> list[bytes] | None:
+        session = self.session
+        if self.revision is None:
+            lease = session.lease_kept().lease
+            self.revision = session.call(join, session.client, self.key, self.value, lease)
+        return session.call(ahead, session.client, self.prefix, self.key, self.revision)  # type: ignore[no-any-return]
+
+    def leave(self) -> None:
+        """Give our place up, if we took one (bounded by the client's budget)."""
+        if self.revision is not None:
+            self.revision = None
+            with contextlib.suppress(Exception):  # our lease takes it with it in one TTL
+                self.session.call(leave, self.session.client, self.key)

@@ -1,0 +1,56 @@
+"""Newcomers over etcd take turns (highlander/_etcd/queue.py), on a real cluster.
+
+A herd of newcomers, each conversing with the holder at once, overloaded it
+until it missed deadlines and was fenced while healthy (chaos-etcd). Now
+one converses at a time: no holder ever answers BUSY (a conversation beside
+a handover), nobody is fenced. And the queue never wedges: a place held by
+a newcomer that makes no way is passed after a handover's patience.
+"""
+
+from __future__ import annotations
+
+from highlander._etcd import api
+from highlander._etcd.queue import queue_prefix
+from highlander._etcd.session import app_root
+from tests.etcd.test_handle import SETTLE, Hosts, hosts
+from tests.support.etcd_cluster import Cluster, post
+from tests.support.proctools import wait_until_one_left
+
+__all__ = ["hosts"]
+
+
+def test_newcomers_on_several_hosts_converse_one_at_a_time(hosts: Hosts) -> None:
+    first = hosts.start("h0", hold=120, thrash_limit=100)
+    first.wait_for("ready")
+    herd = [hosts.start(f"h{1 + n % 4}", hold=120, thrash_limit=100) for n in range(8)]
+    survivor = wait_until_one_left([first, *herd], timeout=240)
+    survivor.wait_for("ready", timeout=SETTLE)
+    assert hosts.events("busy") == []  # never a conversation beside a handover
+    assert hosts.events("fenced") == [] and hosts.events("timeout") == []
+    succeeded = [e for e in hosts.events("claimed") if e["outcome"] == "succeeded"]
+    assert len(succeeded) == len(herd)  # each one took over in its turn, with the handoff
+    for child in [first, *herd]:
+        if child is not survivor:
+            assert child.finish(SETTLE)[0] == 0  # deposed, never killed
+
+
+def test_a_place_that_makes_no_way_is_passed(hosts: Hosts, etcd: Cluster) -> None:
+    """A queue key older than ours whose owner never converses (a lease kept alive by
+    the test): the newcomer waits a handover's patience, then converses anyway."""
+    first = hosts.start("h1", hold=120)
+    first.wait_for("ready")
+    endpoint = etcd.endpoints[0]
+    lease = int(str(post(endpoint, "/v3/lease/grant", {"TTL": 60})["ID"]))
+    env = hosts.kids.env(HIGHLANDER_PROJECT_ID=hosts.project)
+    planted = queue_prefix(app_root("child", hosts.project, env)) + b"h9-1/planted"
+    body = {"key": api.b64(planted), "value": api.b64(b"x"), "lease": str(lease)}
+    post(endpoint, "/v3/kv/put", body)
+    try:
+        second = hosts.start("h2")
+        report = second.wait_for("ready", timeout=SETTLE)
+        assert report["outcome"] == "succeeded" and report["handoff"]["from"] == first.pid
+        _, kvs = api.got(post(endpoint, "/v3/kv/range", api.get(planted)))
+        assert [kv.key for kv in kvs] == [planted]  # passed, not deleted
+        assert first.finish(SETTLE)[0] == 0
+    finally:
+        post(endpoint, "/v3/lease/revoke", {"ID": str(lease)})
