@@ -214,6 +214,13 @@ def get(key: bytes, *, prefix: bool = False, serializable: bool = False) -> Json
     return body
 
 
+def latest(prefix: bytes) -> Json:
+    """``/v3/kv/range``: the most recently written key under ``prefix`` (its name and revisions)."""
+    body = get(prefix, prefix=True)
+    body.update(sort_order="DESCEND", sort_target="MOD", limit=1, keys_only=True)
+    return body
+
+
 def got(answer: Json) -> tuple[Header, tuple[KeyValue, ...]]:
     """The header and keys of a range's answer."""
     kvs = answer.get("kvs", [])

@@ -9,10 +9,12 @@ recipe: the keys' create revisions) and converses only while no older key
 is there.  A newcomer that dies or stops loses its key with its lease (one
 TTL); one that holds or gives up deletes it (:meth:`Turn.leave`).
 
-Never a wedge: a turn waits only while the newcomer ahead makes way.  If
-the oldest key ahead stays the same for as long as a whole handover may
-take (``patience``), we converse anyway, as before queues; an etcd that
-refuses the queue's requests leaves us conversing as before too.
+Never a wedge: a turn waits only while the newcomers ahead make way (the
+oldest one changes, or a key under the project is written: a conversation's
+frames, the holder key).  If nothing moves for ``patience`` (a newcomer's
+``hello`` + ``stall``: what it would allow a silent holder), we converse
+anyway, as before queues; an etcd that refuses the queue's requests leaves
+us conversing as before too.
 """
 
 from __future__ import annotations
@@ -45,13 +47,22 @@ async def join(client: Client, key: bytes, value: bytes, lease: int) -> int:
     return answer.kvs[0].create_revision if answer.kvs else answer.header.revision
 
 
-async def ahead(client: Client, prefix: bytes, key: bytes, revision: int) -> list[bytes] | None:
-    """The queue's keys older than ours, oldest first; ``None`` if ours is gone."""
+async def ahead(
+    client: Client, root: bytes, key: bytes, revision: int
+) -> tuple[list[bytes], int] | None:
+    """The queue's keys older than ours, oldest first, and the project's last write.
+
+    The last write (the highest mod revision of any key under ``root``:
+    conversations' frames, the holder key, the queue) moves while whoever is
+    ahead of us converses.  ``None`` if our own key is gone.
+    """
+    prefix = queue_prefix(root)
     _, kvs = api.got(await client.call("/v3/kv/range", api.get(prefix, prefix=True)))
     if not any(kv.key == key for kv in kvs):
         return None
+    _, last = api.got(await client.call("/v3/kv/range", api.latest(root)))
     older = sorted((kv for kv in kvs if kv.create_revision < revision), key=_created)
-    return [kv.key for kv in older]
+    return [kv.key for kv in older], max((kv.mod_revision for kv in last), default=0)
 
 
 def _created(kv: api.KeyValue) -> int:
@@ -69,36 +80,41 @@ class Turn:
     def __init__(self, session: Session, root: bytes, name: str, me: HolderValue) -> None:
         """A place for ``name`` (host and pid) in the queue of ``root``, not taken yet."""
         self.session = session
-        self.prefix = queue_prefix(root)
-        self.key = self.prefix + f"{name}/{secrets.token_hex(6)}".encode()
+        self.root = root
+        self.key = queue_prefix(root) + f"{name}/{secrets.token_hex(6)}".encode()
         self.value = me.encode()
         self.revision: int | None = None
 
     async def wait(self, waiter: Waiter, patience: float) -> None:
-        """Until no newcomer older than us is queued (see the module docstring)."""
-        head, since = b"", waiter.now()
+        """Until no newcomer older than us is queued (see the module docstring).
+
+        ``patience``: how long the project may stay silent (no key written
+        under its root) while someone is ahead of us before we converse anyway.
+        """
+        seen, since = (b"", -1), waiter.now()
         for _ in range(MAX_LOOKS):
             try:
-                older = self._older()
+                found = self._older()
             except EtcdError:
                 return  # no queue today: converse
-            if older is None:
+            if found is None:
                 self.revision = None  # our lease was replaced: our place went with it
                 continue
+            older, written = found
             if not older:
                 return
-            if older[0] != head:
-                head, since = older[0], waiter.now()
+            if (older[0], written) != seen:
+                seen, since = (older[0], written), waiter.now()  # the one ahead makes way
             elif waiter.now() - since > patience:
-                return  # the newcomer ahead makes no way: converse anyway
+                return  # it makes no way: converse anyway
             await waiter.sleep(POLL)
 
-    def _older(self) -> list[bytes] | None:
+    def _older(self) -> tuple[list[bytes], int] | None:
         session = self.session
         if self.revision is None:
             lease = session.lease_kept().lease
             self.revision = session.call(join, session.client, self.key, self.value, lease)
-        return session.call(ahead, session.client, self.prefix, self.key, self.revision)  # type: ignore[no-any-return]
+        return session.call(ahead, session.client, self.root, self.key, self.revision)  # type: ignore[no-any-return]
 
     def leave(self) -> None:
         """Give our place up, if we took one (bounded by the client's budget)."""

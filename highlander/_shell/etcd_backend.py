@@ -286,8 +286,7 @@ class EtcdBackend:
             from highlander._etcd.queue import Turn  # noqa: PLC0415
 
             self._turn = Turn(self.session, self.root, f"{self.me.host}-{os.getpid()}", self.me)
-        timeouts = settings.timeouts
-        await self._turn.wait(waiter, timeouts.ceiling + timeouts.hello + timeouts.exit_grace)
+        await self._turn.wait(waiter, settings.timeouts.hello + settings.timeouts.stall)
 
     def leave_turn(self) -> None:
         """See :meth:`Backend.leave_turn`: our queue key deleted (else it goes with our lease)."""
