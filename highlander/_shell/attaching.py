@@ -137,6 +137,22 @@ def _declined(settings: Settings, pid: int, reason: Reason, *, refuse: bool) -> 
         )
 
 
+def restart_argv() -> list[str]:
+    """This server's command line, to run it again from any directory.
+
+    ``sys.orig_argv`` with the script as ``__main__.__file__`` names it
+    (absolute since Python 3.9): a server started as ``python server.py``
+    that changed directory since would not find ``server.py`` again.
+    """
+    argv = [sys.executable, *sys.orig_argv[1:]]
+    script = getattr(sys.modules.get("__main__"), "__file__", None)
+    at = len(argv) - len(sys.argv)  # the script, if there is one, comes before its arguments
+    relative = 1 <= at < len(argv) and argv[at] == sys.argv[0] and not os.path.isabs(argv[at])
+    if relative and isinstance(script, str) and os.path.isabs(script):
+        argv[at] = script
+    return argv
+
+
 def become_relay(settings: Settings, relay: Relay) -> NoReturn:
     """Replace this process by the relay (never returns; raises if it cannot start)."""
     from highlander._host.log import flush  # noqa: PLC0415
@@ -161,7 +177,7 @@ def become_relay(settings: Settings, relay: Relay) -> NoReturn:
     # stays in the environment for the relay to replay its client's setup.
     import json  # noqa: PLC0415 - only a relay needs it
 
-    command = {"argv": [sys.executable, *sys.orig_argv[1:]], "cwd": os.getcwd()}
+    command = {"argv": restart_argv(), "cwd": os.getcwd()}
     env = {**os.environ, RELAY_COMMAND: json.dumps(command)}
     try:
         os.execve(sys.executable, argv, env)  # noqa: S606 - the relay replaces us, by design

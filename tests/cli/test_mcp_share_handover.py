@@ -333,3 +333,26 @@ async def test_a_holder_that_has_not_started_sharing_yet_is_waited_for_not_repla
             assert "claimed" not in events(tmp_path, relay)
             assert events(tmp_path, relay)["attached"]["peer_pid"] == holder
             host.leave.set()
+
+
+@pytest.mark.asyncio
+async def test_a_relay_restarts_a_server_started_by_a_relative_path_that_changed_directory(
+    tmp_path: Path, processes: Processes
+) -> None:
+    """``python late_sharer.py`` from its own directory, which then moves to the project:
+    promotion restarts it by its absolute path (the relative one is not there any more)."""
+    elsewhere = tmp_path / "work"
+    elsewhere.mkdir()
+    server = params(tmp_path, HIGHLANDER_TEST_CHDIR=str(elsewhere))
+    server = server.model_copy(update={"args": ["late_sharer.py"], "cwd": PROGRAMS})
+    with stderr_shown(tmp_path):
+        async with shared_pair(server, tmp_path, processes) as pair:
+            b, holder, relay = pair.b, pair.holder, pair.relay
+
+            async def leave() -> None:
+                pair.host.leave.set()
+
+            await interrupted(b, leave)
+            assert await b.call("who_calls") == {"pid": relay, "client": "B"}
+            assert await b.call("get_note", key="k") == "from A"
+            await gone(processes, holder)

@@ -1,7 +1,10 @@
-"""The shared notes server, but slow to start serving: it sleeps between its claim and
-``highlander.mcp.run`` for ``HIGHLANDER_TEST_SERVE_AFTER`` seconds (a server that restores
-a large state first).  ``HIGHLANDER_*`` variables are outside the configuration
-fingerprint, so two copies of this program share whatever that variable says."""
+"""The shared notes server, with two habits of real servers, set by the environment.
+
+``HIGHLANDER_TEST_SERVE_AFTER``: seconds it sleeps between its claim and
+``highlander.mcp.run`` (a server that restores a large state first).
+``HIGHLANDER_TEST_CHDIR``: a directory it changes to before anything else (a server
+that works in its project).  ``HIGHLANDER_*`` variables are outside the configuration
+fingerprint, so two copies of this program share whatever they say."""
 
 from __future__ import annotations
 
@@ -11,6 +14,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+if os.environ.get("HIGHLANDER_TEST_CHDIR"):
+    os.chdir(os.environ["HIGHLANDER_TEST_CHDIR"])
 
 from mcp_server import restore, save
 from shared_notes import server
