@@ -130,6 +130,19 @@ async def shared_pair(
             yield Pair(a, b, holder, relay)
 
 
+async def promoted(pair: Pair, processes: Processes) -> None:
+    """A leaves during B's call: the call gets the error, B's own server serves B, with
+    A's note, and A's server is gone."""
+
+    async def leave() -> None:
+        pair.host.leave.set()
+
+    await interrupted(pair.b, leave)
+    assert await pair.b.call("who_calls") == {"pid": pair.relay, "client": "B"}
+    assert await pair.b.call("get_note", key="k") == "from A"
+    await gone(processes, pair.holder)
+
+
 @pytest.mark.asyncio
 async def test_the_hosts_client_leaves_and_a_relayed_client_keeps_working(
     tmp_path: Path, processes: Processes
@@ -143,16 +156,9 @@ async def test_the_hosts_client_leaves_and_a_relayed_client_keeps_working(
     with stderr_shown(tmp_path):
         async with shared_pair(params(tmp_path), tmp_path, processes) as pair:
             b, holder, relay = pair.b, pair.holder, pair.relay
-
-            async def leave() -> None:
-                pair.host.leave.set()
-
-            await interrupted(b, leave)
-            assert await b.call("who_calls") == {"pid": relay, "client": "B"}
-            assert await b.call("get_note", key="k") == "from A"
+            await promoted(pair, processes)
             assert await b.call("count_to", steps=2) == 2
             assert b.faults == []
-            await gone(processes, holder)
         took = events(tmp_path, relay)
         assert took["claimed"]["outcome"] == "succeeded"
         assert took["claimed"]["peer_pid"] == holder
@@ -347,12 +353,4 @@ async def test_a_relay_restarts_a_server_started_by_a_relative_path_that_changed
     server = server.model_copy(update={"args": ["late_sharer.py"], "cwd": PROGRAMS})
     with stderr_shown(tmp_path):
         async with shared_pair(server, tmp_path, processes) as pair:
-            b, holder, relay = pair.b, pair.holder, pair.relay
-
-            async def leave() -> None:
-                pair.host.leave.set()
-
-            await interrupted(b, leave)
-            assert await b.call("who_calls") == {"pid": relay, "client": "B"}
-            assert await b.call("get_note", key="k") == "from A"
-            await gone(processes, holder)
+            await promoted(pair, processes)
