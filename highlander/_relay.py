@@ -143,8 +143,6 @@ class Relay:
         self.deadline: float | None = None
         self.client = bytearray()  # a line of the client's not ended yet
         self.server = bytearray()
-        #: Whether our replayed setup is still being answered (then: compare).
-        self.replaying = False
 
     def to_server(self, data: bytes) -> bool:
         """Forward our client's whole lines; ``False`` if the holder's side is gone."""

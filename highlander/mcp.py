@@ -123,7 +123,10 @@ async def _serve_resumed(
                 if not _resume.private(getattr(message, "id", None)) or hasattr(message, "method"):
                     await write.send(sent)
                     continue
-                told = setup.answered(message.model_dump(mode="json", by_alias=True))
+                # As the wire carries it (the SDK writes exclude_unset), like the result
+                # the relay kept from the old server: the two compare field by field.
+                wire = message.model_dump(mode="json", by_alias=True, exclude_unset=True)
+                told = setup.answered(wire)
                 if told is None:
                     tasks.cancel_scope.cancel()  # not the server our client negotiated with
                     return
