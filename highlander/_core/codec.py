@@ -13,15 +13,36 @@ sequence number in its direction).  Pure code: no I/O, no clock.
 from __future__ import annotations
 
 import enum
-import struct
-from typing import Any, Final
 
 from highlander._core.canonical import JSONRejected, canonical_json, parse_json
 from highlander._core.errors import LocalProtocolError, Reason, RemoteProtocolError
 from highlander._core.messages import MAX_HANDOFF_BYTES, MESSAGE_TYPES, PROTOCOL_VERSION, Message
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
+if TYPE_CHECKING:
+    from typing import Any, Final
+
 MAC_BYTES: Final = 32
-HEADER: Final = struct.Struct(">I")
+
+
+class _Header:
+    """The 4-byte big-endian length before each frame body (``struct``'s interface).
+
+    Plain ``int`` conversions: importing ``struct`` costs a newcomer 0.4 ms.
+    """
+
+    size: Final = 4
+
+    def pack(self, length: int) -> bytes:
+        """The header of a ``length``-byte body."""
+        return length.to_bytes(4, "big")
+
+    def unpack_from(self, buffer: bytes | bytearray) -> tuple[int]:
+        """The body length a buffer starting with a header announces."""
+        return (int.from_bytes(buffer[:4], "big"),)
+
+
+HEADER: Final = _Header()
 #: The default frame cap: a full 64 KiB handoff plus 1 KiB for the envelope and MAC.
 DEFAULT_MAX_FRAME: Final = MAX_HANDOFF_BYTES + 1024
 _MIN_BODY: Final = len(b"{}") + MAC_BYTES

@@ -7,30 +7,29 @@ the protocol version, the direction, both session nonces, the frame's
 sequence number and the payload bytes (layout in :func:`mac_input` and
 docs/protocol.md).  Verification is constant-time.
 
-Pure code; ``cryptography`` is imported only when a key is derived or a
-frame signed, so the uncontended fast path (nobody to talk to) never loads
-it.  The MAC is cryptography's HMAC rather than the standard library's:
-a conversation loads cryptography for HKDF anyway, and the standard
-``hmac`` would load a second OpenSSL (``_hashlib``, about 2 ms) on the way
-to a succession.
+Pure code.  ``cryptography`` is imported only to derive a key (its HKDF,
+as the design prescribes), which a conversation skips when the runtime
+directory's key cache has the key (:mod:`highlander._host.key_cache`).
+The MAC is OpenSSL's HMAC through the interpreter's own binding
+(:func:`hmac_sha256`): loading it costs about 2.5 ms where cryptography
+costs about 10, so a conversation with a cached key never loads
+cryptography at all.
 """
 
 from __future__ import annotations
 
 import enum
-import struct
-from typing import TYPE_CHECKING, Final
 
 from highlander._core.messages import NONCE_BYTES, PROTOCOL_VERSION
 
-if TYPE_CHECKING:  # cryptography is loaded only when a key or a MAC is computed
-    from cryptography.hazmat.primitives.hmac import HMAC
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
+if TYPE_CHECKING:
+    from typing import Final
 
 KEY_BYTES: Final = 32
 HKDF_INFO: Final = b"highlander/v1"
 #: The newcomer's nonce is not known when HELLO is signed; these zeros stand in.
 NO_NONCE: Final = bytes(NONCE_BYTES)
-_SEQ: Final = struct.Struct(">Q")
 
 
 class Direction(enum.IntEnum):
@@ -78,9 +77,32 @@ def mac_input(
         bytes((PROTOCOL_VERSION, int(direction)))
         + incumbent_nonce
         + newcomer_nonce
-        + _SEQ.pack(seq)
+        + seq.to_bytes(8, "big")  # int, not struct: a newcomer need not import it
         + payload
     )
+
+
+def hmac_sha256(key: bytes, data: bytes) -> bytes:
+    """HMAC-SHA256 of ``data``: OpenSSL's, through CPython's ``_hashlib``.
+
+    The ``hmac`` module calls the same function, but importing it (with
+    ``hashlib``, ``_blake2`` and ``warnings``) adds 1 ms to a newcomer's path;
+    where ``_hashlib`` is missing (no OpenSSL), the ``hmac`` module serves.
+    """
+    try:
+        from _hashlib import hmac_digest  # noqa: PLC0415 - lazy by design
+    except ImportError:  # pragma: no cover - a CPython built without OpenSSL
+        import hmac  # noqa: PLC0415
+
+        return hmac.digest(key, data, "sha256")
+    return hmac_digest(key, data, "sha256")
+
+
+def same_tag(expected: bytes, tag: bytes) -> bool:
+    """Whether two tags are equal, compared in constant time."""
+    from _operator import _compare_digest  # noqa: PLC0415 - hmac.compare_digest, built in
+
+    return _compare_digest(expected, tag)
 
 
 def sign(
@@ -92,7 +114,7 @@ def sign(
     payload: bytes,
 ) -> bytes:
     """Return the 32-byte HMAC-SHA256 tag of a frame."""
-    return _mac(key, mac_input(direction, incumbent_nonce, newcomer_nonce, seq, payload)).finalize()
+    return hmac_sha256(key, mac_input(direction, incumbent_nonce, newcomer_nonce, seq, payload))
 
 
 def verify(
@@ -105,19 +127,5 @@ def verify(
     payload: bytes,
 ) -> bool:
     """Return whether ``tag`` authenticates the frame, in constant time."""
-    from cryptography.exceptions import InvalidSignature  # noqa: PLC0415 - lazy by design
-
-    mac = _mac(key, mac_input(direction, incumbent_nonce, newcomer_nonce, seq, payload))
-    try:
-        mac.verify(bytes(tag))  # constant-time; cryptography's constant_time loads stdlib hmac
-    except InvalidSignature:
-        return False
-    return True
-
-
-def _mac(key: bytes, data: bytes) -> HMAC:
-    from cryptography.hazmat.primitives import hashes, hmac  # noqa: PLC0415 - lazy by design
-
-    mac = hmac.HMAC(key, hashes.SHA256())
-    mac.update(data)
-    return mac
+    expected = sign(key, direction, incumbent_nonce, newcomer_nonce, seq, payload)
+    return same_tag(expected, bytes(tag))

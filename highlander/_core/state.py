@@ -58,10 +58,13 @@ Pure code, like h11's ``_state.py``: no I/O, no clock.
 from __future__ import annotations
 
 import enum
-from typing import Final
 
 from highlander._core.deadlines import Phase
 from highlander._core.errors import LocalProtocolError, RemoteProtocolError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
+if TYPE_CHECKING:
+    from typing import Final
 
 
 class Role(enum.Enum):

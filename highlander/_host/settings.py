@@ -233,13 +233,22 @@ class Settings:
         return self._build
 
     def key(self) -> bytes:
-        """The HMAC key for this project (token resolved and HKDF run on first use)."""
+        """The HMAC key for this project: on first use, from the key cache or HKDF."""
         if self._key is None:
-            from highlander._core.signing import derive_key  # noqa: PLC0415 - keeps the claim path light
+            from highlander._host import key_cache  # noqa: PLC0415 - keeps the claim path light
             from highlander._host.token import resolve_token  # noqa: PLC0415
 
-            secret = resolve_token(self.token, runtime_dir=self.paths.runtime_dir, env=self.env)
-            self._key = derive_key(secret.secret, self.project_key())
+            directory = self.paths.runtime_dir
+            secret = resolve_token(self.token, runtime_dir=directory, env=self.env).secret
+            project = self.project_key()
+            cache = key_cache.cache_path(directory, self.paths.base)
+            key = key_cache.load(cache, secret, project)
+            if key is None:
+                from highlander._core.signing import derive_key  # noqa: PLC0415 - a cache miss only
+
+                key = derive_key(secret, project)
+                key_cache.store(cache, secret, project, key)
+            self._key = key
         return self._key
 
     def shared_token(self) -> bool:

@@ -134,6 +134,10 @@ class LocalBackend:
 
     # -- the handover -----------------------------------------------------------------
 
+    def prepare_conclusion(self) -> None:
+        """See :meth:`Backend.prepare_conclusion`: the handover's modules."""
+        import highlander._shell.handover  # noqa: F401, PLC0415 - the point is the import
+
     async def conclude(
         self, settings: Settings, greeting: Greeting, saved: Saved, fds: list[int], started: float
     ) -> Reign | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any
 
 from highlander._core.connection import Closed, Connection
 from highlander._core.deadlines import Phase, looks_busy
@@ -39,6 +38,8 @@ from highlander._shell.wire import Overdue, receive_event
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
+    from typing import Any
+
     from highlander._shell.seam import Backend
 
 __all__ = ["Greeting", "Mismatch", "QueueFull", "Silent", "connect", "greet", "probe"]

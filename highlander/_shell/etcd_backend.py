@@ -295,6 +295,10 @@ class EtcdBackend:
 
     # -- the handover ---------------------------------------------------------------------
 
+    def prepare_conclusion(self) -> None:
+        """See :meth:`Backend.prepare_conclusion`: the takeover's modules."""
+        import highlander._shell.etcd_takeover  # noqa: F401, PLC0415 - the point is the import
+
     async def conclude(
         self, settings: Settings, greeting: Greeting, saved: Saved, fds: list[int], started: float
     ) -> Reign | None:

@@ -274,7 +274,13 @@ async def _succeed(
     try:
         with SaveEcho(events, peer.pid) as live:
             event = await request_save(
-                settings, greeting, Intent.SUCCEED, live.report, fds, spare_starved=greeting.local
+                settings,
+                greeting,
+                Intent.SUCCEED,
+                live.report,
+                fds,
+                spare_starved=greeting.local,
+                meanwhile=backend.prepare_conclusion,
             )
     except Overdue as exc:
         return _missed(settings, greeting, exc)

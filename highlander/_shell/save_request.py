@@ -65,11 +65,13 @@ async def request_save(
     fds: list[int] | None = None,
     *,
     spare_starved: bool = False,
+    meanwhile: Callable[[], None] | None = None,
 ) -> Message | Closed:
     """SAVE with ``intent``; each PROGRESS to ``report``; return the answer that ends them.
 
     Descriptors that come with the answer (SAVED's lock and listener) are
-    appended to ``fds``; without it they are closed.  Raises :class:`Overdue`.
+    appended to ``fds``; without it they are closed.  ``meanwhile`` runs
+    once SAVE is sent, while the incumbent saves.  Raises :class:`Overdue`.
     """
     events, conn, peer, waiter = settings.events, greeting.conn, greeting.peer, greeting.waiter
     assert conn.peer_nonce is not None
@@ -79,6 +81,8 @@ async def request_save(
         greeting.sock, conn, Save(me.pid, me.start_time, *nonces, intent, settings.app), waiter
     )
     before = run_state(peer.pid, threads=False) if spare_starved else None
+    if meanwhile is not None:
+        meanwhile()
     while True:
         try:
             event = await receive_event(greeting.sock, conn, waiter, fds)

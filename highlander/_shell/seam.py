@@ -140,6 +140,9 @@ class Backend(Protocol):
     def leave_turn(self) -> None:
         """The newcomer is done (holds, attached, gave up): others may converse."""
 
+    def prepare_conclusion(self) -> None:
+        """While the incumbent saves: load what :meth:`conclude` runs (off its critical path)."""
+
     async def conclude(
         self, settings: Settings, greeting: Greeting, saved: Saved, fds: list[int], started: float
     ) -> Reign | None:

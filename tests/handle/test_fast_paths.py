@@ -67,8 +67,6 @@ os._exit(0)
 #: Modules whose import belongs to the serving side or the signed probe, never the claim.
 EVENT_LOOP = {"asyncio", "anyio", "sniffio"}
 PROTOCOL = {"highlander._core.messages", "highlander._core.connection", "highlander._core.codec"}
-#: The standard library's OpenSSL binding, and what loads it (about 2 ms).
-STDLIB_OPENSSL = {"hashlib", "hmac", "_hashlib"}
 #: What a newcomer loads only when an attempt failed (a kill, a wait, an unreachable holder).
 SETBACK_ONLY = {
     "signal",
@@ -99,20 +97,34 @@ def test_free_claim_imports_no_event_loop_protocol_or_crypto(kids: Children) -> 
     assert _imported(report, SERVING) == set()
 
 
-def test_sync_succession_runs_without_an_event_loop(kids: Children) -> None:
+def _succeed_once(kids: Children) -> dict[str, Any]:
     holder = kids.start()
     holder.wait_for("ready")
-    child = _start(kids, "auto")
-    report = child.wait_for("ready")
+    report = _start(kids, "auto").wait_for("ready")
     assert report["outcome"] == "succeeded"
-    # The conversation itself needs the protocol and the key, but no event loop,
-    # and no second OpenSSL: cryptography (loaded for HKDF) computes the MACs.
-    assert "highlander._core.connection" in report["main"]
-    assert "cryptography" in report["main"]
-    assert _imported(report, EVENT_LOOP | {"structlog"} | STDLIB_OPENSSL) == set()
-    # Nor what only a setback needs: waiting out, ending or judging a holder.
-    assert _imported(report, SETBACK_ONLY) == set()
     assert holder.finish()[0] == 0
+    return report
+
+
+def test_sync_succession_runs_without_an_event_loop(kids: Children) -> None:
+    report = _succeed_once(kids)
+    # The conversation itself needs the protocol and OpenSSL's HMAC, but no event loop,
+    assert "highlander._core.connection" in report["main"]
+    assert "_hashlib" in report["main"]
+    assert _imported(report, EVENT_LOOP | {"structlog"}) == set()
+    # nor what only a setback needs: waiting out, ending or judging a holder.
+    assert _imported(report, SETBACK_ONLY) == set()
+
+
+def test_a_succession_with_the_key_cached_loads_no_cryptography(kids: Children) -> None:
+    # The first conversation for the project derives the key (HKDF, cryptography) on
+    # one side or both and leaves it in the runtime directory's key cache.
+    _succeed_once(kids)
+    assert any(name.endswith(".key") for name in os.listdir(kids.runtime))
+    report = _succeed_once(kids)
+    assert "highlander._core.connection" in report["main"]
+    # nor the standard library's Python layers over OpenSSL (hmac, hashlib: 1 ms).
+    assert _imported(report, {"cryptography", "hmac", "hashlib"}) == set()
 
 
 @pytest.mark.parametrize("mode", ["observe", "warn"])
