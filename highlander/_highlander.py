@@ -224,9 +224,9 @@ class Highlander(SharingApi):
         incumbent = self._new_incumbent()
         if incumbent is None:
             return  # released before we got going
-        # The HMAC key is derived at the first conversation, not now: importing
-        # cryptography costs every idle holder 6.5 MB, and the newcomer derives
-        # its own key at the same moment (on another CPU) anyway.
+        # The HMAC key is loaded (key cache) or derived at the first conversation,
+        # not now: OpenSSL, or cryptography on a cache miss, would cost every idle
+        # holder megabytes, and the newcomer loads its own key meanwhile anyway.
         loop = SelectorLoop()
         loop.run(incumbent.serve, loop, self._parent)
 

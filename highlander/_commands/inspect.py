@@ -6,10 +6,10 @@ running ``highlander status`` where nothing ever ran must not make the
 runtime directory, and must not add to any event log.  Here the runtime
 directory is checked if it exists and left alone if not; the names key is
 read, never made (no key: no holder ever started here, and no socket can
-exist); events go nowhere.  The per-user secret is the one exception: when
-a holder listens and runs without ``HIGHLANDER_TOKEN``, the signed STATUS
-needs that secret, and the holder makes the same file at its first
-conversation anyway.
+exist); events go nowhere; the key cache is read, never written.  The
+per-user secret is the one exception: when a holder listens and runs without
+``HIGHLANDER_TOKEN``, the signed STATUS needs that secret, and the holder
+makes the same file at its first conversation anyway.
 """
 
 from __future__ import annotations
@@ -101,4 +101,5 @@ def look(
         thrash=ThrashPolicy(),
         events=EventLog(None, app=name, mode=mode.value, quiet=True),
         env=env,
+        keeps_key=False,
     )

@@ -117,6 +117,7 @@ class Settings:
         lease_ttl: int = 5,
         share: ShareMode = ShareMode.OFF,
         build: str | None = None,
+        keeps_key: bool = True,
     ) -> None:
         self.app = app
         self.root = root
@@ -139,6 +140,9 @@ class Settings:
         self._build_given = build
         self._build: Build | None = None
         self._key: bytes | None = None
+        #: Whether a key this process derives is kept in the key cache for the next
+        #: conversation (a newcomer's); a read-only command leaves no file behind.
+        self.keeps_key = keeps_key
         #: Where the fencing generation's floor outlives a wiped runtime directory.
         self.floor_path = floor_path(paths.base, self.env)
 
@@ -232,8 +236,13 @@ class Settings:
             self._build = this_build(self._build_given, self.env)
         return self._build
 
-    def key(self) -> bytes:
-        """The HMAC key for this project: on first use, from the key cache or HKDF."""
+    def key(self, *, keep: bool = True) -> bytes:
+        """The HMAC key for this project: on first use, from the key cache or HKDF.
+
+        A derived key is kept in the cache when ``keep`` and :attr:`keeps_key`
+        say so.  Holders pass ``keep=False``: the newcomer keeps the key it
+        derives, and a holder answering ``highlander status`` must not write.
+        """
         if self._key is None:
             from highlander._host import key_cache  # noqa: PLC0415 - keeps the claim path light
             from highlander._host.token import resolve_token  # noqa: PLC0415
@@ -247,7 +256,8 @@ class Settings:
                 from highlander._core.signing import derive_key  # noqa: PLC0415 - a cache miss only
 
                 key = derive_key(secret, project)
-                key_cache.store(cache, secret, project, key)
+                if keep and self.keeps_key:
+                    key_cache.store(cache, secret, project, key)
             self._key = key
         return self._key
 

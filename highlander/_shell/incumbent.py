@@ -242,7 +242,7 @@ class Incumbent:
         record = self.reign.record
         conn = Connection(
             Role.INCUMBENT,
-            key=self.settings.key(),
+            key=self.settings.key(keep=False),
             nonce=os.urandom(16),
             now=self.runtime.now(),
             timeouts=self.settings.timeouts,

@@ -185,3 +185,21 @@ def test_another_user_cannot_read_the_cached_key(cache: str) -> None:
         check=False,
     )
     assert done.stdout == "denied\n", done
+
+
+def test_a_holder_or_a_read_only_command_reads_the_cache_but_never_writes_it(
+    tmp_path: Path,
+) -> None:
+    token = "r" * 40
+    holder = _settings(tmp_path, token)
+    path = key_cache.cache_path(holder.paths.runtime_dir, holder.paths.base)
+    assert holder.key(keep=False) == derive_key(token.encode(), holder.project_key())
+    assert not os.path.lexists(path)
+    looker = _settings(tmp_path, token)
+    looker.keeps_key = False  # what highlander status's settings say (_commands/inspect.look)
+    looker.key()
+    assert not os.path.lexists(path)
+    planted = os.urandom(32)
+    Path(path).write_bytes(_tagged(planted, token.encode(), holder.project_key()))
+    os.chmod(path, 0o600)
+    assert _settings(tmp_path, token).key(keep=False) == planted
