@@ -34,7 +34,7 @@ from highlander._host.settings import Settings
 from highlander._host.waiting import Waiter
 from highlander._shell.backend import LOCAL
 from highlander._shell.dial import QueueFull, connect
-from highlander._shell.wire import Overdue, receive_event
+from highlander._shell.wire import Baseline, Overdue, receive_event
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
@@ -105,12 +105,12 @@ async def greet(
         now=waiter.now(),
         timeouts=settings.timeouts,
     )
-    before = run_state(peer.pid, threads=False) if local else None
+    before = Baseline(peer.pid if local else None)
     try:
-        hello = await receive_event(sock, conn, waiter)
+        hello = await receive_event(sock, conn, waiter, on_wait=before.take)
     except Overdue:
         after = run_state(peer.pid) if local else None
-        busy = looks_busy(before, after)
+        busy = looks_busy(before.sample, after)
         settings.events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="hello", busy=busy)
         halted = after is not None and after.state in "Tt"
         return Silent(peer.pid, closed=False, busy=busy, halted=halted)

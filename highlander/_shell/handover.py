@@ -39,7 +39,7 @@ from highlander._host.settings import Settings
 from highlander._host.waiting import Waiter
 from highlander._shell.client import Greeting
 from highlander._shell.takeover import adopt_handover, prepare_takeover, take_over
-from highlander._shell.wire import Overdue, receive_event, send_message
+from highlander._shell.wire import Baseline, Overdue, receive_event, send_message
 
 #: The ways a conversation breaks when the incumbent's end is gone or not reading.
 _BROKEN = (BrokenPipeError, ConnectionResetError, TimeoutError)
@@ -159,18 +159,18 @@ async def hear(settings: Settings, greeting: Greeting, answer: Answer) -> Answer
     conn, peer, waiter = greeting.conn, greeting.peer, greeting.waiter
     limit = settings.timeouts.exit_grace
     local = greeting.local  # another host's process: only its answer counts
-    before, began = run_state(peer.pid, threads=False) if local else None, waiter.now()
+    before, began = Baseline(peer.pid if local else None), waiter.now()
     while True:
         try:
-            event = await receive_event(greeting.sock, conn, waiter)
+            event = await receive_event(greeting.sock, conn, waiter, on_wait=before.take)
             break
         except Overdue:
             after = run_state(peer.pid) if local else None
-            if not grace_again(before, after, waiter.now() - began, limit):
+            if not grace_again(before.sample, after, waiter.now() - began, limit):
                 return Answer.SILENT
             conn.spare(waiter.now())
             settings.events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="exit", busy=True)
-            before = after
+            before.sample = after
         except _BROKEN:
             return Answer.CLOSED if answer is Answer.SILENT else answer
     if isinstance(event, Refused):

@@ -38,7 +38,7 @@ from highlander._host.event_log import Event
 from highlander._host.identity import own_identity, run_state
 from highlander._host.settings import Settings
 from highlander._shell.client import Greeting
-from highlander._shell.wire import Overdue, receive_event, send_message
+from highlander._shell.wire import Baseline, Overdue, receive_event, send_message
 
 #: The error each REFUSED reason raises; one the protocol never sends in
 #: answer to SAVE reads as a failed save.
@@ -80,23 +80,22 @@ async def request_save(
     await send_message(
         greeting.sock, conn, Save(me.pid, me.start_time, *nonces, intent, settings.app), waiter
     )
-    before = run_state(peer.pid, threads=False) if spare_starved else None
+    before = Baseline(peer.pid if spare_starved else None)
     if meanwhile is not None:
         meanwhile()
     while True:
         try:
-            event = await receive_event(greeting.sock, conn, waiter, fds)
+            event = await receive_event(greeting.sock, conn, waiter, fds, on_wait=before.take)
         except Overdue as exc:
             after = run_state(peer.pid) if spare_starved else None
             stall = settings.timeouts.stall
-            if exc.deadline.phase is not Phase.STALL or not starved(before, after, stall):
+            if exc.deadline.phase is not Phase.STALL or not starved(before.sample, after, stall):
                 raise
             conn.spare(waiter.now())
             events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="stall", busy=True)
-            before = after
+            before.sample = after
             continue
         if not isinstance(event, ProgressReport):
             return event
         report(event)
-        if spare_starved:
-            before = run_state(peer.pid, threads=False)
+        before.sample = None  # the next wait is a new stall window: sampled when it begins

@@ -11,18 +11,28 @@ from __future__ import annotations
 import array
 import contextlib
 import os
+import select
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from highlander._core.codec import NEED_DATA
 from highlander._core.connection import Closed, Connection
-from highlander._core.deadlines import Deadline
+from highlander._core.deadlines import Deadline, Sample
 from highlander._core.errors import RemoteProtocolError
 from highlander._core.messages import Message
+from highlander._host.identity import run_state
 from highlander._host.waiting import Waiter
 from highlander._shell.dial import unix_socket
 
-__all__ = ["Overdue", "close_fds", "receive_event", "send_frame", "send_message", "unix_socket"]
+__all__ = [
+    "Baseline",
+    "Overdue",
+    "close_fds",
+    "receive_event",
+    "send_frame",
+    "send_message",
+    "unix_socket",
+]
 
 READ_SIZE = 65536
 #: How long a peer may read nothing of a frame we are sending before we give
@@ -32,6 +42,24 @@ SEND_STALL = 5.0
 MAX_FDS = 4
 _ANC_SIZE = socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
 _RECV_FLAGS = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
+
+
+class Baseline:
+    """The watchdog's sample of a local peer before a wait, taken only if the wait happens.
+
+    Pass :meth:`take` as :func:`receive_event`'s ``on_wait``: a frame that
+    is already here needs no sample (each costs a few ``/proc`` reads).
+    ``pid`` ``None``: the kernel cannot see the peer (another host).
+    """
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self.sample: Sample | None = None
+
+    def take(self) -> None:
+        """Sample the peer now, unless a sample is held already."""
+        if self.pid is not None and self.sample is None:
+            self.sample = run_state(self.pid, threads=False)
 
 
 class Overdue(Exception):  # noqa: N818 - a condition, caught by the shell, never escapes
@@ -75,12 +103,19 @@ async def send_message(
 
 
 async def receive_event(
-    sock: socket.socket, conn: Connection, waiter: Waiter, fds: list[int] | None = None
+    sock: socket.socket,
+    conn: Connection,
+    waiter: Waiter,
+    fds: list[int] | None = None,
+    *,
+    on_wait: Callable[[], object] | None = None,
 ) -> Message | Closed:
     """Read until ``conn`` yields a message or :class:`Closed`.
 
     Descriptors that arrive are appended to ``fds`` (closed if ``fds`` is
-    ``None``: we never keep what we did not ask for).
+    ``None``: we never keep what we did not ask for).  ``on_wait`` runs once,
+    just before the first wait for bytes that have not arrived yet: the
+    watchdog's sample of the peer, which a frame already here never needs.
     """
     while True:
         event = conn.next_event(waiter.now())
@@ -90,6 +125,9 @@ async def receive_event(
         deadline = conn.deadline
         if deadline is None:  # pragma: no cover - the table never waits without a deadline
             raise RuntimeError(f"waiting for the peer in {conn.state} without a deadline")
+        if on_wait is not None and not _arrived(sock):
+            on_wait()  # the first wait for bytes not here yet
+            on_wait = None
         if not await waiter.readable(sock, deadline.at - waiter.now()):
             raise Overdue(deadline)
         try:
@@ -109,6 +147,13 @@ async def receive_event(
         else:
             fds.extend(received)
         conn.receive_data(data)
+
+
+def _arrived(sock: socket.socket) -> bool:
+    """Whether bytes (or the end of stream) wait to be read on ``sock`` right now."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _take_fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
