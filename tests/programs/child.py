@@ -383,11 +383,11 @@ def apply_limits_and_faults() -> None:
         real_key = Settings.key
         failed: list[bool] = []
 
-        def key(self: Settings) -> bytes:
+        def key(self: Settings, *, keep: bool = True) -> bytes:
             if not failed:
                 failed.append(True)
                 raise RuntimeError("injected fault in the first conversation")
-            return real_key(self)
+            return real_key(self, keep=keep)
 
         Settings.key = key  # type: ignore[method-assign]
     elif fault == "accept":
