@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.proctools import Child, Children, assert_no_overlap
+from tests.support.proctools import Child, Children, assert_no_overlap, wait_stopped
 
 #: The incumbent's ACK deadline is its ``request`` timeout.
 ACK_DEADLINE = 1.0
@@ -44,16 +44,6 @@ def _wait_for_event(kids: Children, kind: str, timeout: float = SETTLE, **match:
             return
         time.sleep(0.02)
     raise AssertionError(f"no {kind} event {match} within {timeout} s")
-
-
-def _wait_stopped(child: Child) -> None:
-    deadline = time.monotonic() + SETTLE
-    while time.monotonic() < deadline:
-        with open(f"/proc/{child.pid}/stat") as stat:
-            if stat.read().rsplit(")", 1)[1].split()[0] == "T":
-                return
-        time.sleep(0.01)
-    raise AssertionError(f"pid {child.pid} did not stop")
 
 
 def _holder(kids: Children, **cfg: object) -> Child:
@@ -105,7 +95,7 @@ def test_a_newcomer_stuck_before_its_ack_leaves_the_incumbent_serving(
     first = _holder(kids)
     stuck = kids.start(timeouts=NEWCOMER, before_ack={"stop": True, "once": True})
     stuck.wait_for("before_ack")
-    _wait_stopped(stuck)
+    wait_stopped(stuck.pid)
     if fate == "killed":
         os.kill(stuck.pid, signal.SIGKILL)
     _wait_for_event(kids, "timeout", phase="ack", pid=first.pid)
@@ -127,7 +117,7 @@ def test_a_stopped_newcomers_copies_do_not_outlive_the_incumbent(kids: Children)
     first = _holder(kids)
     stuck = kids.start(timeouts=NEWCOMER, before_ack={"stop": True, "once": True})
     stuck.wait_for("before_ack")
-    _wait_stopped(stuck)
+    wait_stopped(stuck.pid)
     _wait_for_event(kids, "timeout", phase="ack", pid=first.pid)
     os.kill(first.pid, signal.SIGKILL)  # the incumbent dies while the newcomer stays stopped
     assert first.finish(SETTLE)[0] == -signal.SIGKILL
@@ -148,7 +138,7 @@ def test_a_newcomer_holding_saved_keeps_the_handoff_when_the_incumbent_dies(
     first = _holder(kids)
     newcomer = kids.start(timeouts=NEWCOMER, before_ack={"stop": True, "once": True})
     newcomer.wait_for("before_ack")
-    _wait_stopped(newcomer)
+    wait_stopped(newcomer.pid)
     os.kill(first.pid, signal.SIGKILL)
     assert first.finish(SETTLE)[0] == -signal.SIGKILL
     os.kill(newcomer.pid, signal.SIGCONT)

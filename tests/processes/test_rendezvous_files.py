@@ -25,7 +25,7 @@ import pytest
 from highlander import Deposed, Highlander
 from highlander._host import log as _log
 from highlander._host.rendezvous import ProjectPaths, names_key, project_paths
-from tests.support.proctools import WAIT, Child, Children, wipe
+from tests.support.proctools import WAIT, Child, Children, wait_stopped, wipe
 from tests.support.proctools_extra import OTHER_UID, Extras, last_stderr_line
 
 APP = "child"  # the test child's default app name
@@ -256,6 +256,7 @@ def test_a_bystander_with_the_lock_file_open_is_never_signalled(
     first = kids.start()
     first.wait_for("ready")
     os.kill(first.pid, signal.SIGSTOP)
+    wait_stopped(first.pid)  # nothing of it runs after the socket is gone: it cannot republish
     os.unlink(paths.socket)
     with open(paths.lock, "rb") as lock_file:
         bystander = extras.popen(["sleep", "600"], stdin=lock_file)

@@ -203,6 +203,25 @@ def readable(fds: list[int], timeout: float) -> list[int]:
         return [key.fd for key, _ in sel.select(timeout)]
 
 
+def wait_stopped(pid: int, timeout: float = 10.0) -> None:
+    """Wait (bounded) until every thread of ``pid`` shows stopped (``T``) in ``/proc``.
+
+    ``kill(SIGSTOP)`` returns before the threads have stopped; one that was
+    on another CPU (or in a syscall) may still finish what it was doing.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = set()
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+                states.add(stat.rsplit(")", 1)[1].split()[0])
+        if states == {"T"}:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"pid {pid} did not stop within {timeout} s")
+
+
 def assert_no_overlap(reigns: list[tuple[int, int, int, int]]) -> None:
     """At no instant did two processes both hold the project."""
     for before, after in itertools.pairwise(reigns):
