@@ -47,6 +47,17 @@ def _receive(ours: socket.socket, conn: Connection, waits: list[float]) -> objec
     )
 
 
+def _receive_during(ours: socket.socket, conn: Connection, writer: threading.Thread) -> list[float]:
+    """Receive HELLO while ``writer`` sends it; when ``on_wait`` ran."""
+    waits: list[float] = []
+    writer.start()
+    try:
+        assert isinstance(_receive(ours, conn, waits), Hello)
+    finally:
+        writer.join(PROCESS_TIMEOUT)
+    return waits
+
+
 def test_a_frame_already_here_is_read_without_a_sample() -> None:
     ours, theirs, conn, frame = _pair()
     with ours, theirs:
@@ -68,13 +79,7 @@ def test_a_frame_not_here_yet_is_sampled_once_before_the_wait() -> None:
             time.sleep(0.1)
             theirs.sendall(frame[5:])
 
-        writer = threading.Thread(target=late)
-        writer.start()
-        waits: list[float] = []
-        try:
-            assert isinstance(_receive(ours, conn, waits), Hello)
-        finally:
-            writer.join(PROCESS_TIMEOUT)
+        waits = _receive_during(ours, conn, threading.Thread(target=late))
         assert len(waits) == 1
         assert waits[0] < sent[0]
 
@@ -83,14 +88,8 @@ def test_a_partial_frame_is_sampled_when_the_rest_is_awaited() -> None:
     ours, theirs, conn, frame = _pair()
     with ours, theirs:
         theirs.sendall(frame[:10])
-        writer = threading.Timer(0.2, theirs.sendall, args=(frame[10:],))
-        writer.start()
-        waits: list[float] = []
-        try:
-            assert isinstance(_receive(ours, conn, waits), Hello)
-        finally:
-            writer.join(PROCESS_TIMEOUT)
-        assert len(waits) == 1
+        rest = threading.Timer(0.2, theirs.sendall, args=(frame[10:],))
+        assert len(_receive_during(ours, conn, rest)) == 1
 
 
 @pytest.fixture
