@@ -155,6 +155,7 @@ _EXPECTED = (
     (".state", "a regular file"),
     (".events.jsonl", "a regular file"),
     (".events.jsonl.1", "a regular file"),
+    (".key", "a regular file"),  # the derived key's cache (_host/key_cache)
     (".tmp", "a regular file"),
 )
 

@@ -24,6 +24,7 @@ import pytest
 
 from highlander import Deposed, Highlander
 from highlander._host import log as _log
+from highlander._host.key_cache import cache_path
 from highlander._host.rendezvous import ProjectPaths, names_key, project_paths
 from tests.support.proctools import WAIT, Child, Children, wait_stopped, wipe
 from tests.support.proctools_extra import OTHER_UID, Extras, last_stderr_line
@@ -227,6 +228,8 @@ def test_doctor_lists_every_unsafe_file_with_its_fix(kids: Children, tmp_path: P
     _plant(paths.state, "fifo", tmp_path)
     _plant(paths.lock, "directory", tmp_path)
     _plant(paths.events, "symlink", tmp_path)
+    key_cache = cache_path(paths.runtime_dir, paths.base)
+    _plant(key_cache, "fifo", tmp_path)
     done = subprocess.run(
         [sys.executable, "-m", "highlander.cli", "doctor", "--app", APP],
         env=kids.env(),
@@ -240,6 +243,7 @@ def test_doctor_lists_every_unsafe_file_with_its_fix(kids: Children, tmp_path: P
         (paths.state, "a FIFO"),
         (paths.lock, "a directory"),
         (paths.events, "a symlink"),
+        (key_cache, "a FIFO"),
     ):
         assert f"remove {path} (it is {what}" in text, text
 
