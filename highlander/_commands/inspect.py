@@ -101,5 +101,4 @@ def look(
         thrash=ThrashPolicy(),
         events=EventLog(None, app=name, mode=mode.value, quiet=True),
         env=env,
-        keeps_key=False,
     )

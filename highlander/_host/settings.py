@@ -117,7 +117,6 @@ class Settings:
         lease_ttl: int = 5,
         share: ShareMode = ShareMode.OFF,
         build: str | None = None,
-        keeps_key: bool = True,
     ) -> None:
         self.app = app
         self.root = root
@@ -140,9 +139,6 @@ class Settings:
         self._build_given = build
         self._build: Build | None = None
         self._key: bytes | None = None
-        #: Whether a key this process derives is kept in the key cache for the next
-        #: conversation (a newcomer's); a read-only command leaves no file behind.
-        self.keeps_key = keeps_key
         #: Where the fencing generation's floor outlives a wiped runtime directory.
         self.floor_path = floor_path(paths.base, self.env)
 
@@ -236,12 +232,12 @@ class Settings:
             self._build = this_build(self._build_given, self.env)
         return self._build
 
-    def key(self, *, keep: bool = True) -> bytes:
+    def key(self, *, keep: bool = False) -> bytes:
         """The HMAC key for this project: on first use, from the key cache or HKDF.
 
-        A derived key is kept in the cache when ``keep`` and :attr:`keeps_key`
-        say so.  Holders pass ``keep=False``: the newcomer keeps the key it
-        derives, and a holder answering ``highlander status`` must not write.
+        ``keep``: a derived key is written to the cache.  Only a newcomer
+        asks (:func:`highlander._shell.newcomer`): a holder, or a command
+        like ``highlander status``, must leave no file behind.
         """
         if self._key is None:
             from highlander._host import key_cache  # noqa: PLC0415 - keeps the claim path light
@@ -256,7 +252,7 @@ class Settings:
                 from highlander._core.signing import derive_key  # noqa: PLC0415 - a cache miss only
 
                 key = derive_key(secret, project)
-                if keep and self.keeps_key:
+                if keep:
                     key_cache.store(cache, secret, project, key)
             self._key = key
         return self._key

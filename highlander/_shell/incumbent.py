@@ -242,7 +242,7 @@ class Incumbent:
         record = self.reign.record
         conn = Connection(
             Role.INCUMBENT,
-            key=self.settings.key(keep=False),
+            key=self.settings.key(),
             nonce=os.urandom(16),
             now=self.runtime.now(),
             timeouts=self.settings.timeouts,

@@ -219,7 +219,7 @@ async def _attempt(
         return Nobody()
     fds: list[int] = []
     try:
-        greeting = await greet(settings, sock, waiter, backend)
+        greeting = await greet(settings, sock, waiter, backend, keep_key=True)
         if isinstance(greeting, Mismatch):
             return greeting
         if isinstance(greeting, Silent):

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from highlander._commands.inspect import look
 from highlander._core.signing import derive_key
 from highlander._host import key_cache
 from highlander._host.rendezvous import ensure_runtime_dir
@@ -152,7 +153,7 @@ def test_settings_derive_once_then_read_the_cache(tmp_path: Path) -> None:
     token = "s" * 40
     first = _settings(tmp_path, token)
     path = key_cache.cache_path(first.paths.runtime_dir, first.paths.base)
-    key = first.key()
+    key = first.key(keep=True)  # a newcomer's
     assert key == derive_key(token.encode(), first.project_key())
     assert key_cache.load(path, token.encode(), first.project_key()) == key
     # A cache entry with a valid tag is what the next process uses, as it is:
@@ -161,7 +162,9 @@ def test_settings_derive_once_then_read_the_cache(tmp_path: Path) -> None:
     assert _settings(tmp_path, token).key() == planted
     # and one written for another token is derived over and replaced.
     other = "o" * 40
-    assert _settings(tmp_path, other).key() == derive_key(other.encode(), first.project_key())
+    assert _settings(tmp_path, other).key(keep=True) == derive_key(
+        other.encode(), first.project_key()
+    )
     assert key_cache.load(path, other.encode(), first.project_key()) is not None
 
 
@@ -193,13 +196,16 @@ def test_a_holder_or_a_read_only_command_reads_the_cache_but_never_writes_it(
     token = "r" * 40
     holder = _settings(tmp_path, token)
     path = key_cache.cache_path(holder.paths.runtime_dir, holder.paths.base)
-    assert holder.key(keep=False) == derive_key(token.encode(), holder.project_key())
+    assert holder.key() == derive_key(token.encode(), holder.project_key())  # a holder's call
     assert not os.path.lexists(path)
-    looker = _settings(tmp_path, token)
-    looker.keeps_key = False  # what highlander status's settings say (_commands/inspect.look)
+    env = {"HIGHLANDER_TOKEN": token}
+    looker = look(
+        app="cache-app", project=str(tmp_path), runtime_dir=holder.paths.runtime_dir, env=env
+    )
+    assert looker.paths == holder.paths  # what highlander status builds, for the same project
     looker.key()
     assert not os.path.lexists(path)
     planted = os.urandom(32)
     Path(path).write_bytes(_tagged(planted, token.encode(), holder.project_key()))
     os.chmod(path, 0o600)
-    assert _settings(tmp_path, token).key(keep=False) == planted
+    assert _settings(tmp_path, token).key() == planted

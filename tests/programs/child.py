@@ -383,7 +383,7 @@ def apply_limits_and_faults() -> None:
         real_key = Settings.key
         failed: list[bool] = []
 
-        def key(self: Settings, *, keep: bool = True) -> bytes:
+        def key(self: Settings, *, keep: bool = False) -> bytes:
             if not failed:
                 failed.append(True)
                 raise RuntimeError("injected fault in the first conversation")
