@@ -19,8 +19,8 @@ import sys
 import time
 
 from highlander._core.errors import HighlanderError, Reason, ShareRefusedError
+from highlander._core.findings import Changed, Leaving, Setback
 from highlander._core.messages import Attach, Attached, Busy, Refused
-from highlander._core.policy import Changed, Leaving, Setback
 from highlander._core.sharing import (
     EXPLAINED,
     Choice,

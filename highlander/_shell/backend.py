@@ -12,9 +12,9 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
     import socket
 
+    from highlander._core.findings import Setback
     from highlander._core.messages import Hello, Saved
     from highlander._core.patience import Look
-    from highlander._core.policy import Setback
     from highlander._host.identity import Expected, PeerCredentials
     from highlander._host.record import HolderRecord
     from highlander._host.settings import Settings

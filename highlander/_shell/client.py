@@ -24,8 +24,8 @@ from highlander._core.errors import (
     SignatureError,
     VersionMismatchError,
 )
+from highlander._core.findings import Impostor
 from highlander._core.messages import Hello
-from highlander._core.policy import Impostor
 from highlander._core.state import Role
 from highlander._core.values import Value
 from highlander._host.event_log import Event

@@ -23,9 +23,9 @@ import weakref
 from dataclasses import dataclass, replace
 
 from highlander._core.errors import ConfigurationError, EtcdError, ForeignHolderError
+from highlander._core.findings import Setback
 from highlander._core.messages import Hello, Saved
 from highlander._core.patience import Look
-from highlander._core.policy import Setback
 from highlander._etcd import api
 from highlander._etcd.channel import Channel, bridge, open_channel
 from highlander._etcd.claim import Held, counter_key

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 
-from highlander._core.policy import Changed, Leaving, Setback
+from highlander._core.findings import Changed, Leaving, Setback
 from highlander._host.identity import Expected
 from highlander._shell.client import Silent
 from highlander._shell.etcd_backend import EtcdBackend, Opened

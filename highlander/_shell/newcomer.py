@@ -15,9 +15,12 @@ project (or, in OBSERVE/WARN, knows it runs as a duplicate):
    ended by the verified kill (:mod:`highlander._host.termination`), AUTO only;
    then the lock is free and step 1 claims it.
 
-What to do after a failed attempt (wait, retry, signal, give up) is decided
-by the pure :mod:`highlander._core.policy` from what the attempt found and one
-sample of the record, the kernel and the clock; this module only executes it.
+This module makes one attempt (:func:`turn`) and returns what it found when
+it fails (a :class:`~highlander._core.findings.Setback`).  What to do then
+(wait, retry, signal, give up) is decided by the pure
+:mod:`highlander._core.policy` from that and one sample of the record, the
+kernel and the clock, and carried out by :mod:`highlander._shell.retrying`,
+which is imported only then: a succession's first attempt does not load it.
 """
 
 from __future__ import annotations
@@ -26,29 +29,8 @@ import os
 import time
 
 from highlander._core.connection import Closed
-from highlander._core.deadlines import Phase
-from highlander._core.errors import ForeignHolderError, HighlanderError, IncumbentUnreachableError
+from highlander._core.findings import Changed, Crowded, Leaving, Nobody, Setback
 from highlander._core.messages import Busy, Intent, Refused, Saved
-from highlander._core.patience import Look
-from highlander._core.policy import (
-    MAX_ATTEMPTS,
-    Action,
-    AwaitExit,
-    Backoff,
-    Changed,
-    Claim,
-    Crowded,
-    EndUnreachable,
-    GiveUp,
-    Impostor,
-    Leaving,
-    Nobody,
-    Policy,
-    Relocate,
-    Setback,
-    Signal,
-    Transition,
-)
 from highlander._core.sharing import ShareMode
 from highlander._core.values import Value
 from highlander._host.claim import Reign
@@ -57,13 +39,11 @@ from highlander._host.identity import Expected, is_halted
 from highlander._host.modes import Mode
 from highlander._host.settings import Settings
 from highlander._host.waiting import Waiter
-from highlander._shell.attaching import Declined, Relay, attach
 from highlander._shell.backend import LOCAL
 from highlander._shell.client import Greeting, Mismatch, QueueFull, Silent, greet
 from highlander._shell.live import SaveEcho
 from highlander._shell.one_claim import claimed_twice
 from highlander._shell.save_request import refusal_error, request_save
-from highlander._shell.setbacks import HolderFresh, HolderMissed, HolderStarved, HolderUnseen
 from highlander._shell.time_limit import OutOfTime, TimeLimit, check, out_of_time, unlimited
 from highlander._shell.wire import Overdue, close_fds
 
@@ -71,7 +51,9 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
     import socket
 
+    from highlander._shell.attaching import Declined, Relay
     from highlander._shell.seam import Backend
+    from highlander._shell.setbacks import HolderMissed
 
 
 class Duplicate(Value):
@@ -114,96 +96,48 @@ async def acquire(
 async def _acquire(
     settings: Settings, waiter: Waiter, backend: Backend, first: tuple[socket.socket, int] | None
 ) -> Reign | Duplicate | Relay:
-    policy, declined = Policy(settings.timeouts), Declined()
-    while isinstance(policy.next_attempt(), Claim):
-        check(waiter)
-        reign = backend.claim(settings)
-        if reign is not None:
-            return reign
-        if settings.mode is not Mode.AUTO:
-            return Duplicate()
-        if first is None:
-            await backend.take_turn(settings, waiter)
-        found = await _attempt(settings, waiter, backend, declined, first)
-        first = None
-        if isinstance(found, Reign | Relay):
-            return found
-        look = backend.look(settings, waiter.now())
-        decision = policy.settle(found, look)
-        if isinstance(decision, Relocate):
-            look = look._replace(moved=settings.renamed())
-            decision = policy.settle(found, look)
-        await _execute(settings, waiter, found, decision, look, backend)
-    raise IncumbentUnreachableError(  # pragma: no cover - every attempt is bounded
-        f"gave up after {MAX_ATTEMPTS} attempts to hold {backend.place(settings)}"
-    )
+    # The first attempt usually ends it: what a setback needs (the policy and
+    # how to carry out its decisions) loads only after one (about 1 ms).
+    declined = None
+    if settings.share is not ShareMode.OFF:
+        from highlander._shell.attaching import Declined  # noqa: PLC0415 - share mode only
+
+        declined = Declined()
+    found = await turn(settings, waiter, backend, declined, first)
+    if not isinstance(found, Setback):
+        return found
+    from highlander._shell.retrying import retry  # noqa: PLC0415 - after a setback only
+
+    return await retry(settings, waiter, backend, declined, found)
 
 
-async def _execute(
+async def turn(
     settings: Settings,
     waiter: Waiter,
-    found: Setback,
-    decision: Action,
-    look: Look,
     backend: Backend,
-) -> None:
-    """Carry out the policy's decision about the failed attempt that found ``found``."""
-    events = settings.events
-    if isinstance(decision, Backoff):
-        if decision.pause:
-            await waiter.sleep(decision.pause)  # a working holder: look again soon
-        await waiter.sleep(decision.delay)
-    elif isinstance(decision, AwaitExit):
-        await backend.await_exit(settings, decision.pid, decision.within, waiter)
-    elif isinstance(decision, Signal):
-        assert isinstance(found, HolderMissed | HolderFresh | HolderStarved | HolderUnseen)
-        check(waiter)  # a kill once begun runs to its end: never begin one out of time
-        events.emit(Event.HUNG, peer_pid=found.target.pid, phase=decision.phase)
-        why = f"missed {decision.phase}"
-        await backend.fence(
-            found.target,
-            settings,
-            why,
-            unlimited(waiter),
-            halted=decision.halted,
-            ceiling=decision.phase == Phase.CEILING.value,
-        )
-    elif isinstance(decision, EndUnreachable):
-        from highlander._shell.unreachable import end_unreachable_holder  # noqa: PLC0415
+    declined: Declined | None,
+    first: tuple[socket.socket, int] | None = None,
+) -> Reign | Duplicate | Relay | Setback:
+    """One attempt: claim a free project, or talk to its holder; what it found if neither.
 
-        await end_unreachable_holder(
-            settings, waiter, queue_full=decision.queue_full, seen=decision.seen
-        )
-    elif isinstance(decision, GiveUp):
-        raise _give_up(settings, found, look, backend)
-
-
-def _give_up(settings: Settings, found: Setback, look: Look, backend: Backend) -> HighlanderError:
-    """The error that ends the wait on ``found`` (see :class:`~highlander._core.policy.Why`)."""
-    socket = backend.place(settings)
-    if isinstance(found, Impostor):
-        settings.events.emit(Event.IDENTITY_MISMATCH, peer_pid=found.pid, reason=found.problem)
-        return ForeignHolderError(
-            f"{socket} is served by pid {found.pid}, which is not a "
-            f"verified holder ({found.problem}); Highlander will not depose it"
-        )
-    if isinstance(found, Transition):
-        return ForeignHolderError(
-            f"pid {found.pid} listens on {socket} without answering "
-            f"while the record names pid {found.recorded}, and no handover finished: "
-            "Highlander will not signal it; run `highlander status`"
-        )
-    assert look.blocker is not None, found  # the policy gives up on nothing else
-    from highlander._shell.unreachable import blocked_error  # noqa: PLC0415 - see _execute
-
-    return blocked_error(settings, look.blocker)
+    ``declined``: share mode's memory across attempts (``None``: share mode is off).
+    """
+    check(waiter)
+    reign = backend.claim(settings)
+    if reign is not None:
+        return reign
+    if settings.mode is not Mode.AUTO:
+        return Duplicate()
+    if first is None:
+        await backend.take_turn(settings, waiter)
+    return await _attempt(settings, waiter, backend, declined, first)
 
 
 async def _attempt(
     settings: Settings,
     waiter: Waiter,
     backend: Backend,
-    declined: Declined,
+    declined: Declined | None,
     dialled: tuple[socket.socket, int] | None = None,
 ) -> Reign | Relay | Setback:
     if dialled is not None:
@@ -238,11 +172,13 @@ async def _attempt(
 
 
 async def _shared(
-    settings: Settings, greeting: Greeting, declined: Declined
+    settings: Settings, greeting: Greeting, declined: Declined | None
 ) -> Relay | Setback | None:
     """Share mode: attach to the holder (or why not); ``None``: succeed it."""
-    if settings.share is ShareMode.OFF:
+    if declined is None:  # share mode is off
         return None
+    from highlander._shell.attaching import attach  # noqa: PLC0415 - share mode only
+
     try:
         return await attach(settings, greeting, declined)
     except Overdue as exc:
@@ -261,6 +197,8 @@ def _hello_target(greeting: Greeting, lock_path: str | None) -> Expected:
 
 def _missed(settings: Settings, greeting: Greeting, exc: Overdue) -> HolderMissed:
     """The verified holder missed its answer's deadline (to SAVE or ATTACH); it holds the lock."""
+    from highlander._shell.setbacks import HolderMissed  # noqa: PLC0415 - a setback only
+
     target = _hello_target(greeting, settings.paths.lock)
     halted = greeting.local and is_halted(greeting.peer.pid)
     return HolderMissed(exc.deadline.phase.value, halted, target=target)

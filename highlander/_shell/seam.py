@@ -40,9 +40,9 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING (only type checkers import this mo
 if TYPE_CHECKING:
     import socket
 
+    from highlander._core.findings import Setback
     from highlander._core.messages import Hello, Saved
     from highlander._core.patience import Look
-    from highlander._core.policy import Setback
     from highlander._host.claim import Reign
     from highlander._host.identity import Expected, PeerCredentials
     from highlander._host.record import HolderRecord

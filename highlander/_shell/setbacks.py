@@ -7,12 +7,12 @@ of :mod:`highlander._host.termination`; over etcd the holder's reign).
 
 from __future__ import annotations
 
-from highlander._core.policy import Fresh, Missed, Starved, Unseen
+from highlander._core.findings import Fresh, Missed, Starved, Unseen
 from highlander._host.identity import Expected
 
 
 class HolderMissed(Missed):
-    """A verified holder missed a deadline: :class:`~highlander._core.policy.Missed`, and who."""
+    """A verified holder missed a deadline: :class:`~highlander._core.findings.Missed`, and who."""
 
     target: Expected
 

@@ -12,7 +12,7 @@ import os
 
 from highlander._core.deadlines import Phase
 from highlander._core.errors import ForeignHolderError
-from highlander._core.policy import Changed, Setback, Transition
+from highlander._core.findings import Changed, Setback, Transition
 from highlander._host.identity import holds_lock
 from highlander._host.settings import Settings
 from highlander._shell.client import Silent

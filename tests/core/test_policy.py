@@ -12,6 +12,18 @@ from __future__ import annotations
 import pytest
 
 from highlander._core.deadlines import QUEUED_EVIDENCE, STARVED_CAP, Sample
+from highlander._core.findings import (
+    Changed,
+    Crowded,
+    Fresh,
+    Impostor,
+    Leaving,
+    Missed,
+    Nobody,
+    Starved,
+    Transition,
+    Unseen,
+)
 from highlander._core.patience import Look, Patience
 from highlander._core.policy import (
     FIRST_DELAY,
@@ -20,23 +32,13 @@ from highlander._core.policy import (
     MAX_MISMATCHES,
     AwaitExit,
     Backoff,
-    Changed,
     Claim,
-    Crowded,
     EndUnreachable,
-    Fresh,
     GiveUp,
-    Impostor,
-    Leaving,
-    Missed,
-    Nobody,
     Policy,
     Relocate,
     RetryNow,
     Signal,
-    Starved,
-    Transition,
-    Unseen,
     Why,
 )
 from tests.support.core import CORE_TIMEOUTS, FakeClock

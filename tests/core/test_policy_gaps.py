@@ -15,20 +15,22 @@ import re
 import pytest
 
 from highlander._core.deadlines import Sample
+from highlander._core.findings import (
+    Changed,
+    Fresh,
+    Impostor,
+    Nobody,
+    Starved,
+    Transition,
+)
 from highlander._core.patience import Look
 from highlander._core.policy import (
     Backoff,
-    Changed,
     Claim,
-    Fresh,
     GiveUp,
-    Impostor,
-    Nobody,
     Policy,
     RetryNow,
     Signal,
-    Starved,
-    Transition,
     Why,
 )
 from tests.support.core import CORE_TIMEOUTS, FakeClock

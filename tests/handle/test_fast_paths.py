@@ -70,11 +70,17 @@ PROTOCOL = {"highlander._core.messages", "highlander._core.connection", "highlan
 #: What a newcomer loads only when an attempt failed (a kill, a wait, an unreachable holder).
 SETBACK_ONLY = {
     "signal",
+    "highlander._core.patience",
+    "highlander._core.policy",
     "highlander._host.termination",
     "highlander._shell.observe",
+    "highlander._shell.retrying",
+    "highlander._shell.setbacks",
     "highlander._shell.unreachable",
     "highlander._shell.watch",
 }
+#: What only share mode loads.
+SHARE_ONLY = {"highlander._shell.attaching"}
 SERVING = EVENT_LOOP | PROTOCOL | {"cryptography", "structlog", "highlander._shell.incumbent"}
 
 
@@ -112,8 +118,9 @@ def test_sync_succession_runs_without_an_event_loop(kids: Children) -> None:
     assert "highlander._core.connection" in report["main"]
     assert "_hashlib" in report["main"]
     assert _imported(report, EVENT_LOOP | {"structlog"}) == set()
-    # nor what only a setback needs: waiting out, ending or judging a holder.
-    assert _imported(report, SETBACK_ONLY) == set()
+    # nor what only a setback needs: waiting out, ending or judging a holder,
+    # the policy that decides which; nor share mode's side.
+    assert _imported(report, SETBACK_ONLY | SHARE_ONLY) == set()
 
 
 def test_a_succession_with_the_key_cached_loads_no_cryptography(kids: Children) -> None:
