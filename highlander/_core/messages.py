@@ -18,7 +18,6 @@ Pure code: no I/O, no clock.
 from __future__ import annotations
 
 import enum
-import re
 
 from highlander._core.canonical import JSONRejected, canonical_json
 from highlander._core.errors import LocalProtocolError, Reason
@@ -34,7 +33,9 @@ MAX_HANDOFF_BYTES = 64 * 1024
 MAX_TEXT = 4096
 MAX_NOTE = 1024
 MAX_BUILD = 128
-_NONCE_RE = re.compile(f"[0-9a-f]{{{2 * NONCE_BYTES}}}")
+#: A nonce's digits.  Checked with ``str.strip``, not a regular expression:
+#: compiling one costs a newcomer 0.13 ms on its critical path.
+_HEX_DIGITS = "0123456789abcdef"
 
 
 class Intent(enum.StrEnum):
@@ -84,7 +85,7 @@ def _bool(message: Message, name: str) -> None:
 
 def _nonce(message: Message, name: str) -> None:
     value = getattr(message, name)
-    if not isinstance(value, str) or not _NONCE_RE.fullmatch(value):
+    if not isinstance(value, str) or len(value) != 2 * NONCE_BYTES or value.strip(_HEX_DIGITS):
         raise _fail(type(message), name, f"must be {2 * NONCE_BYTES} lowercase hex digits")
 
 

@@ -86,7 +86,8 @@ class _Sink:
     def start(self) -> None:
         with self.lock:
             if self.thread is None:
-                self.thread = start_daemon(self.run, "highlander-log")
+                # Its lines wait for the claim anyway: its start need not either.
+                self.thread = start_daemon(self.run, "highlander-log", late=True)
 
     def run(self) -> None:
         while True:

@@ -11,11 +11,14 @@ briefly, as ``Thread.start()`` itself does.  So:
 * :func:`pause` lets them run inside a hold, while the claim itself waits on
   another process for longer than their work takes (a holder's slow save);
 * a thread from :func:`start_daemon` first sleeps for zero seconds, which
-  hands the GIL straight back to the thread that started it.
+  hands the GIL straight back to the thread that started it; one that may
+  start late (the log) is started by a helper thread, so that its starter
+  does not wait for it to run at all.
 """
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
 import threading
@@ -97,13 +100,17 @@ def wait_for_quiet(timeout: float = HOLD_LIMIT) -> None:
 
 
 def start_daemon(
-    target: Callable[[], object], name: str, *, after_claims: bool = True
+    target: Callable[[], object], name: str, *, after_claims: bool = True, late: bool = False
 ) -> threading.Thread:
     """Start ``target`` on a daemon thread that lets its starter go first.
 
     With ``after_claims`` it also waits (bounded) until no claim is in flight.
     A holder's serving thread must not: it has to answer newcomers in time
-    even while the same process claims another project.
+    even while the same process claims another project.  ``late``: the thread
+    may start a little later (and not at all if the machine refuses a second
+    thread): ``Thread.start()`` waits until the new thread has run (0.25 ms
+    here, on a claim's clock), so a helper thread calls it instead, when the
+    starter next lets go of the GIL.  Until then the thread is not alive.
     """
 
     def run() -> None:
@@ -113,5 +120,8 @@ def start_daemon(
         target()
 
     thread = threading.Thread(target=run, name=name, daemon=True)
-    thread.start()
+    if late:
+        _thread.start_new_thread(thread.start, ())
+    else:
+        thread.start()
     return thread

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import enum
+import re
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from highlander._core.canonical import canonical_json
 from highlander._core.errors import LocalProtocolError, Reason
@@ -109,6 +112,9 @@ BAD_NONCES: list[Any] = [
     "ab" * 15 + "a",  # odd length
     "zz" * 16,  # not hex
     "ab" * 15 + "g0",
+    "ab" * 7 + "z" + "a" + "ab" * 8,  # not hex in the middle only
+    "ab" * 15 + "a\n",  # a trailing newline
+    "\u0663" * 32,  # digits, but not ASCII ones
     "",
     "ab" * 16 + "\n",  # trailing newline must not pass a `$`-style match
     " " + "ab" * 16,
@@ -280,6 +286,21 @@ def test_integer_error_says_what_it_got() -> None:
 def test_nonce_error_says_lowercase_hex() -> None:
     with pytest.raises(LocalProtocolError, match=r"'echo' must be 32 lowercase hex digits"):
         _build(Save, echo=NONCE_A.upper())
+
+
+@given(
+    st.text(alphabet=st.sampled_from("0123456789abcdefABCDEFgz \n\u0663"), min_size=30, max_size=34)
+    | st.text(min_size=32, max_size=32)
+    | st.binary(min_size=16, max_size=16).map(bytes.hex)
+)
+def test_a_nonce_is_exactly_thirty_two_lowercase_hex_digits(value: str) -> None:
+    valid = re.fullmatch("[0-9a-f]{32}", value) is not None
+    try:
+        _build(Save, echo=value)
+    except LocalProtocolError:
+        assert not valid, value
+    else:
+        assert valid, value
 
 
 def test_done_greater_than_total_names_done() -> None:
