@@ -232,6 +232,19 @@ async def bridge(channel: Channel, end: socket.socket) -> None:
         end.close()
 
 
+async def carry(channel: Channel, end: socket.socket) -> None:
+    """:func:`bridge`; then, however the bridge ended, delete the conversation's keys.
+
+    Either side's last step: its lease would take them otherwise, later (as
+    it does when the task is cancelled, which cancels the deletion too).
+    """
+    try:
+        await bridge(channel, end)
+    finally:
+        with contextlib.suppress(Exception):
+            await channel.forget()
+
+
 def _hung_up(end: socket.socket) -> bool:
     """Whether the other end closed for good (both directions), as ``poll`` says."""
     import select  # noqa: PLC0415 - only once a stream ends

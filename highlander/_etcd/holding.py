@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import anyio
 
 from highlander._etcd import api
-from highlander._etcd.channel import Channel, accept_channel, bridge, incoming
+from highlander._etcd.channel import Channel, accept_channel, carry, incoming
 from highlander._etcd.claim import mark_released
 from highlander._etcd.session import Session
 from highlander._host.claim import ProjectLock
@@ -137,9 +137,7 @@ async def _carry(
         return
     try:
         await channel.announce()
-        await bridge(channel, end)
-        with contextlib.suppress(Exception):  # its lease takes what is left otherwise
-            await channel.forget()
+        await carry(channel, end)
     finally:
         peers.pop(name, None)
         end.close()

@@ -15,7 +15,6 @@ signal to another host).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import time
@@ -27,7 +26,7 @@ from highlander._core.findings import Setback
 from highlander._core.messages import Hello, Saved
 from highlander._core.patience import Look
 from highlander._etcd import api
-from highlander._etcd.channel import Channel, bridge, open_channel
+from highlander._etcd.channel import Channel, carry, open_channel
 from highlander._etcd.claim import Held, counter_key
 from highlander._etcd.holding import Incoming, LeaseLock, private_listener
 from highlander._etcd.session import HolderValue, Session, app_root, holder_key, session_for
@@ -194,7 +193,7 @@ class EtcdBackend:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         opened = self.last = Opened(Held(kv.mod_revision, kv.lease, kv.value), holder, channel)
         self._opened[ours] = opened
-        self.session.spawn(_carry, channel, theirs)
+        self.session.spawn(carry, channel, theirs)
         return ours
 
     def _open_channel(self, *, renew: bool) -> Channel:
@@ -385,15 +384,6 @@ class EtcdBackend:
 
     async def see_out(self, incumbent: Incumbent, predecessor: Expected) -> None:
         """See :meth:`Backend.see_out`: nothing to see on another host (its lease is gone)."""
-
-
-async def _carry(channel: Channel, end: socket.socket) -> None:
-    """The newcomer's bridge; once both streams ended, the conversation's keys go."""
-    try:
-        await bridge(channel, end)
-    finally:
-        with contextlib.suppress(Exception):  # its lease takes them otherwise
-            await channel.forget()
 
 
 def _record(value: HolderValue, settings: Settings, argv: list[str]) -> HolderRecord:

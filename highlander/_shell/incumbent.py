@@ -41,13 +41,7 @@ from highlander._shell.admission import hello as greeting
 from highlander._shell.admission import other_app, policy, status_reply
 from highlander._shell.backend import LOCAL
 from highlander._shell.saving import SaveFlight, SaveHook, describe_failure
-from highlander._shell.serving_guard import (
-    ServingFailed,
-    ServingGuard,
-    Slot,
-    describe,
-    step_down,
-)
+from highlander._shell.serving_guard import ServingFailed, ServingGuard, Slot, describe, step_down
 from highlander._shell.sessions import Sessions, answer_attach
 from highlander._shell.watch import watch_parent
 from highlander._shell.wire import Overdue, receive_event, send_message

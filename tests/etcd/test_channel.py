@@ -26,6 +26,7 @@ from highlander._etcd.channel import (
     Channel,
     accept_channel,
     bridge,
+    carry,
     incoming,
     open_channel,
 )
@@ -135,6 +136,27 @@ async def test_bytes_cross_both_ways_and_each_close_is_an_eof(etcd: Cluster) -> 
         await newcomer.forget()
         _, kvs = api.got(await client.call("/v3/kv/range", api.get(root, prefix=True)))
         assert kvs == ()
+
+
+async def test_carried_conversations_leave_no_keys_behind(etcd: Cluster) -> None:
+    root = _root()
+    async with Client(parse(etcd.backend, {})) as client:
+        newcomer, holder = await _pair(client, root, _channel_key(), _channel_key())
+        n_app, n_end = socket.socketpair()
+        i_app, i_end = socket.socketpair()
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(carry, newcomer, n_end)
+                tasks.start_soon(carry, holder, i_end)
+                n_app.sendall(b"SAVE")
+                n_app.shutdown(socket.SHUT_WR)
+                assert await _read_all(i_app) == b"SAVE"
+                i_app.sendall(b"SAVED")
+                i_app.close()
+                assert await _read_all(n_app) == b"SAVED"
+                n_app.close()
+        _, kvs = api.got(await client.call("/v3/kv/range", api.get(root, prefix=True)))
+        assert kvs == ()  # nobody called forget(): each side's carry did
 
 
 async def test_what_etcd_stores_is_sealed(etcd: Cluster) -> None:
