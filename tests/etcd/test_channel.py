@@ -12,7 +12,8 @@ import hashlib
 import os
 import socket
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable, Coroutine
+from typing import Any
 
 import anyio
 import pytest
@@ -116,23 +117,35 @@ async def _pair(
     return newcomer, holder
 
 
+async def _across(
+    client: Client,
+    root: bytes,
+    run: Callable[[Channel, socket.socket], Coroutine[Any, Any, None]],
+    there: bytes,
+    back: bytes,
+) -> Channel:
+    """A pair of channels, each run by ``run``: ``there`` goes across, ``back`` comes back."""
+    newcomer, holder = await _pair(client, root, _channel_key(), _channel_key())
+    n_app, n_end = socket.socketpair()
+    i_app, i_end = socket.socketpair()
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(run, newcomer, n_end)
+            tasks.start_soon(run, holder, i_end)
+            n_app.sendall(there)
+            n_app.shutdown(socket.SHUT_WR)
+            assert await _read_all(i_app) == there
+            i_app.sendall(back)
+            i_app.close()
+            assert await _read_all(n_app) == back
+            n_app.close()
+    return newcomer
+
+
 async def test_bytes_cross_both_ways_and_each_close_is_an_eof(etcd: Cluster) -> None:
     root = _root()
     async with Client(parse(etcd.backend, {})) as client:
-        newcomer, holder = await _pair(client, root, _channel_key(), _channel_key())
-        n_app, n_end = socket.socketpair()
-        i_app, i_end = socket.socketpair()
-        with anyio.fail_after(20):
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(bridge, newcomer, n_end)
-                tasks.start_soon(bridge, holder, i_end)
-                n_app.sendall(b"hello " * 20_000)  # several chunks: 120 kB
-                n_app.shutdown(socket.SHUT_WR)
-                assert await _read_all(i_app) == b"hello " * 20_000
-                i_app.sendall(SECRET)
-                i_app.close()
-                assert await _read_all(n_app) == SECRET
-                n_app.close()
+        newcomer = await _across(client, root, bridge, b"hello " * 20_000, SECRET)  # 120 kB
         await newcomer.forget()
         _, kvs = api.got(await client.call("/v3/kv/range", api.get(root, prefix=True)))
         assert kvs == ()
@@ -141,20 +154,7 @@ async def test_bytes_cross_both_ways_and_each_close_is_an_eof(etcd: Cluster) -> 
 async def test_carried_conversations_leave_no_keys_behind(etcd: Cluster) -> None:
     root = _root()
     async with Client(parse(etcd.backend, {})) as client:
-        newcomer, holder = await _pair(client, root, _channel_key(), _channel_key())
-        n_app, n_end = socket.socketpair()
-        i_app, i_end = socket.socketpair()
-        with anyio.fail_after(20):
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(carry, newcomer, n_end)
-                tasks.start_soon(carry, holder, i_end)
-                n_app.sendall(b"SAVE")
-                n_app.shutdown(socket.SHUT_WR)
-                assert await _read_all(i_app) == b"SAVE"
-                i_app.sendall(b"SAVED")
-                i_app.close()
-                assert await _read_all(n_app) == b"SAVED"
-                n_app.close()
+        await _across(client, root, carry, b"SAVE", b"SAVED")
         _, kvs = api.got(await client.call("/v3/kv/range", api.get(root, prefix=True)))
         assert kvs == ()  # nobody called forget(): each side's carry did
 
