@@ -323,8 +323,7 @@ class Highlander(SharingApi):
         with self._serving:
             self._released = True
             incumbent, reign = self._incumbent, self._reign
-        if incumbent is not None:
-            self._stop_serving(incumbent)
+        self._stop_serving(incumbent)
         if incumbent is None or incumbent.outcome is None:
             reign.listener.close(unlink=not (incumbent and incumbent.handed_over))
             reign.lock.release()
@@ -389,7 +388,12 @@ class Highlander(SharingApi):
         self._deposed.set()
         await run_deposed_hook(runtime, self._on_deposed)
 
-    def _stop_serving(self, incumbent: Incumbent) -> None:
-        incumbent.stop()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            incumbent.ended.wait(timeout=5.0)
+    def _stop_serving(self, incumbent: Incumbent | None) -> None:
+        # The thread is waited for, not only its server: still importing the
+        # serving side (incumbent None) when the interpreter shuts down, it
+        # crashes CPython 3.11 (SIGSEGV in the import lock; docs/reliability.md).
+        thread = self._thread
+        if incumbent is not None:
+            incumbent.stop()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5.0)

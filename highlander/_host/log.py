@@ -86,8 +86,7 @@ class _Sink:
     def start(self) -> None:
         with self.lock:
             if self.thread is None:
-                # Its lines wait for the claim anyway: its start need not either.
-                self.thread = start_daemon(self.run, "highlander-log", late=True)
+                self.thread = start_daemon(self.run, "highlander-log")
 
     def run(self) -> None:
         while True:

@@ -11,14 +11,11 @@ briefly, as ``Thread.start()`` itself does.  So:
 * :func:`pause` lets them run inside a hold, while the claim itself waits on
   another process for longer than their work takes (a holder's slow save);
 * a thread from :func:`start_daemon` first sleeps for zero seconds, which
-  hands the GIL straight back to the thread that started it; one that may
-  start late (the log) is started by a helper thread, so that its starter
-  does not wait for it to run at all.
+  hands the GIL straight back to the thread that started it.
 """
 
 from __future__ import annotations
 
-import _thread
 import contextlib
 import os
 import threading
@@ -100,28 +97,59 @@ def wait_for_quiet(timeout: float = HOLD_LIMIT) -> None:
 
 
 def start_daemon(
-    target: Callable[[], object], name: str, *, after_claims: bool = True, late: bool = False
+    target: Callable[[], object], name: str, *, after_claims: bool = True, settle: bool = False
 ) -> threading.Thread:
     """Start ``target`` on a daemon thread that lets its starter go first.
 
     With ``after_claims`` it also waits (bounded) until no claim is in flight.
     A holder's serving thread must not: it has to answer newcomers in time
-    even while the same process claims another project.  ``late``: the thread
-    may start a little later (and not at all if the machine refuses a second
-    thread): ``Thread.start()`` waits until the new thread has run (0.25 ms
-    here, on a claim's clock), so a helper thread calls it instead, when the
-    starter next lets go of the GIL.  Until then the thread is not alive.
+    even while the same process claims another project.  ``settle``: the
+    work ends by itself (the OBSERVE/WARN probe); at exit the interpreter
+    waits for it, bounded (:func:`settle_threads`).
     """
 
     def run() -> None:
-        time.sleep(0)
-        if after_claims:
-            wait_for_quiet()
-        target()
+        try:
+            time.sleep(0)
+            if after_claims:
+                wait_for_quiet()
+            target()
+        finally:
+            _settling.discard(thread)
 
     thread = threading.Thread(target=run, name=name, daemon=True)
-    if late:
-        _thread.start_new_thread(thread.start, ())
-    else:
-        thread.start()
+    if settle:
+        _wait_at_exit(thread)
+    thread.start()
     return thread
+
+
+#: Daemon threads still at work that the interpreter must not be torn down under.
+_settling: set[threading.Thread] = set()
+#: At exit, how long the process waits for them, all together.
+SETTLE_LIMIT = 5.0
+_at_exit = threading.Event()  # set once settle_threads is registered
+
+
+def _wait_at_exit(thread: threading.Thread) -> None:
+    if not _at_exit.is_set():
+        import atexit  # noqa: PLC0415 - only a process that starts such a thread
+
+        # Registered now, after the log's flush (registered at import), so it
+        # runs before it: what these threads log on their way out is flushed.
+        atexit.register(settle_threads)
+        _at_exit.set()
+    _settling.add(thread)
+
+
+def settle_threads(limit: float = SETTLE_LIMIT) -> None:
+    """Wait (at most ``limit`` seconds in all) for the threads started with ``settle``.
+
+    Run at exit: a daemon thread that is still importing or running Python
+    code while the interpreter shuts down crashes CPython 3.11 now and then
+    (SIGSEGV or abort, in the import lock or the garbage collector).
+    """
+    deadline = time.monotonic() + limit
+    for thread in list(_settling):
+        if thread is not threading.current_thread():
+            thread.join(max(0.0, deadline - time.monotonic()))

@@ -79,7 +79,7 @@ def probe_in_background(
 
         then(run_blocking(probe(settings, BLOCKING, backend)))
 
-    return start_daemon(run, "highlander-probe")
+    return start_daemon(run, "highlander-probe", settle=True)
 
 
 def become_duplicate(
