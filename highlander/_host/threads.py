@@ -128,17 +128,15 @@ def start_daemon(
 _settling: set[threading.Thread] = set()
 #: At exit, how long the process waits for them, all together.
 SETTLE_LIMIT = 5.0
-_at_exit = threading.Event()  # set once settle_threads is registered
 
 
 def _wait_at_exit(thread: threading.Thread) -> None:
-    if not _at_exit.is_set():
-        import atexit  # noqa: PLC0415 - only a process that starts such a thread
+    import atexit  # noqa: PLC0415 - only a process that starts such a thread
 
-        # Registered now, after the log's flush (registered at import), so it
-        # runs before it: what these threads log on their way out is flushed.
-        atexit.register(settle_threads)
-        _at_exit.set()
+    # (Re)registered now, after the log's flush (registered at import), so it
+    # runs before it: what these threads log on their way out is flushed.
+    atexit.unregister(settle_threads)
+    atexit.register(settle_threads)
     _settling.add(thread)
 
 

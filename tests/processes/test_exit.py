@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import sys
 import textwrap
+from typing import Any
 
 import pytest
 
-from tests.support.proctools import Children
+from tests.support.proctools import Child, Children
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -82,14 +83,18 @@ def _program(source: str) -> list[str]:
     return [sys.executable, "-c", textwrap.dedent(PRELUDE) + textwrap.dedent(source)]
 
 
-def test_release_returns_after_the_serving_thread_has_ended(kids: Children) -> None:
-    child = kids.spawn(_program(RELEASER), kids.env(HL_SLOW_THREAD="highlander-child"))
-    released = child.wait_for("released")
-    assert released["slept"], "the serving thread imported nothing: the test did not run"
-    assert released["alive"] == []
+def _ended_cleanly(child: Child, report: dict[str, Any], thread: str) -> None:
+    """The slowed ``thread`` did run, was not alive where reported, and the child exited 0."""
+    assert report["slept"], f"{thread} imported nothing: the test did not run"
+    assert report["alive"] == []
     status, out, err = child.finish()
     assert status == 0, err.decode()[-2000:]
     assert out == b""
+
+
+def test_release_returns_after_the_serving_thread_has_ended(kids: Children) -> None:
+    child = kids.spawn(_program(RELEASER), kids.env(HL_SLOW_THREAD="highlander-child"))
+    _ended_cleanly(child, child.wait_for("released"), "the serving thread")
 
 
 def test_the_probe_is_waited_for_at_exit(kids: Children) -> None:
@@ -97,9 +102,4 @@ def test_the_probe_is_waited_for_at_exit(kids: Children) -> None:
     holder.wait_for("ready")
     observer = kids.spawn(_program(OBSERVER), kids.env(HL_SLOW_THREAD="highlander-probe"))
     assert observer.wait_for("duplicate")["is_holder"] is False
-    at_exit = observer.wait_for("exit")
-    assert at_exit["slept"], "the probe imported nothing: the test did not run"
-    assert at_exit["alive"] == []
-    status, out, err = observer.finish()
-    assert status == 0, err.decode()[-2000:]
-    assert out == b""
+    _ended_cleanly(observer, observer.wait_for("exit"), "the probe")
