@@ -4,5 +4,6 @@ Above the host floor and below the shell: it may use the protocol core and
 this machine's services, and the shell's etcd backend uses it.  ``api`` and
 ``endpoints`` are pure (tests/core/test_purity.py checks them); ``client``
 moves their bodies over HTTP.  Nothing here is imported unless a backend
-says ``etcd://``; its dependency is the ``highlander[etcd]`` extra.
+says ``etcd://``; it needs nothing beyond Highlander's own dependencies
+(``http`` and ``http11`` speak HTTP/1.1 on anyio).
 """

@@ -1,8 +1,9 @@
 """A small etcd v3 client over its JSON/HTTP API: every member tried, short timeouts.
 
-Why HTTP and not gRPC: etcd serves the same API as JSON beside gRPC, httpx2
-speaks it under anyio (asyncio and trio alike), and no grpcio or protobuf
-pin lands in the user's environment.  What this client adds to a plain
+Why HTTP and not gRPC: etcd serves the same API as JSON beside gRPC, a
+small HTTP/1.1 client on anyio (:mod:`highlander._etcd.http`) speaks it on
+asyncio and trio alike, and no grpcio or protobuf pin lands in the user's
+environment.  What this client adds to a plain
 HTTP call is what a holder needs from a cluster whose members come and go:
 
 * **Rotation.** A request goes to the member that answered last; a member
@@ -27,15 +28,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncGenerator
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import anyio
-import httpx2
 
 from highlander._core.errors import EtcdError, EtcdUnavailableError
 from highlander._etcd import api
 from highlander._etcd.endpoints import Target
+from highlander._etcd.http import Pool, TransportError
 
 #: Per-request timeout unless the caller gives one (keepalives give less: _core/lease).
 DEFAULT_TIMEOUT = 1.0
@@ -46,7 +46,6 @@ DEFAULT_BUDGET = 5.0
 WATCH_IDLE = 5.0
 #: Pause between rounds of the member list, so a cluster without quorum is not hammered.
 ROUND_PAUSE = 0.05
-_NETWORK = (httpx2.TransportError, OSError)
 
 
 class WatchCompacted(EtcdError):  # noqa: N818 - a condition the caller handles, like StopIteration
@@ -60,7 +59,7 @@ class WatchCompacted(EtcdError):  # noqa: N818 - a condition the caller handles,
         self.compact_revision = compact_revision
 
 
-async def _lines(raw: AsyncGenerator[bytes, None]) -> AsyncGenerator[api.Json, None]:
+async def _lines(raw: AsyncIterator[bytes]) -> AsyncGenerator[api.Json, None]:
     """The JSON objects of a newline-delimited stream (a watch's answer)."""
     pending = b""
     async for data in raw:
@@ -72,6 +71,14 @@ async def _lines(raw: AsyncGenerator[bytes, None]) -> AsyncGenerator[api.Json, N
                 if not isinstance(message, dict):
                     raise api.MalformedAnswer("a watch line that is not a JSON object")
                 yield message
+
+
+def _encode(body: api.Json) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _headers(extra: dict[str, str]) -> dict[str, str]:
+    return {"Content-Type": "application/json", **extra}
 
 
 class _Retry(Exception):  # noqa: N818 - internal control flow
@@ -106,27 +113,21 @@ class Client:
         self.budget = budget
         self._current = 0
         self._tokens: dict[str, str] = {}
-        self._http: httpx2.AsyncClient | None = None
+        self._http: Pool | None = None
 
     async def __aenter__(self) -> Client:
         """Open the connection pool."""
         # Plain http:// members need no trust store: loading one costs ~100 ms a start.
-        verify: Any = False
-        transport = None
+        context = None
         if self.target.tls:
             import ssl  # noqa: PLC0415 (only TLS deployments pay for it)
 
-            from highlander._etcd.transport import tls_transport  # noqa: PLC0415
-
-            verify = ssl.create_default_context(cafile=self.target.ca)
+            context = ssl.create_default_context(cafile=self.target.ca)
             if self.target.cert and self.target.key:
-                verify.load_cert_chain(self.target.cert, self.target.key)
-            transport = tls_transport(verify)
-        # trust_env=False: an HTTP_PROXY meant for the user's downloads must not
-        # silently carry the project's claim (and its auth token) through a proxy.
-        self._http = httpx2.AsyncClient(
-            verify=verify, trust_env=False, timeout=self.timeout, transport=transport
-        )
+                context.load_cert_chain(self.target.cert, self.target.key)
+        # No proxy is ever used (no HTTP_PROXY read): a proxy meant for the user's
+        # downloads must not silently carry the project's claim and its auth token.
+        self._http = Pool(context)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -205,19 +206,20 @@ class Client:
         """One POST; its JSON object, or :class:`_Retry` / :class:`EtcdError`."""
         assert self._http is not None, "use the client as `async with Client(...)`"
         try:
-            response = await self._http.post(url, json=body, headers=headers, timeout=timeout)
-        except _NETWORK as exc:
-            raise _Retry(f"{type(exc).__name__}: {exc}") from exc
+            status, raw = await self._http.post(url, _encode(body), _headers(headers), timeout)
+        except TransportError as exc:
+            raise _Retry(str(exc)) from exc
         try:
-            answer = response.json()
+            answer = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            if 400 <= response.status_code < 500:  # the same on every member: no use retrying
-                raise EtcdError(_plain_refusal(url, response.status_code, response.text)) from exc
-            raise _Retry(f"HTTP {response.status_code}, not JSON") from exc
+            if 400 <= status < 500:  # the same on every member: no use retrying
+                text = raw.decode("utf-8", "replace")
+                raise EtcdError(_plain_refusal(url, status, text)) from exc
+            raise _Retry(f"HTTP {status}, not JSON") from exc
         if not isinstance(answer, dict):
             raise _Retry("the answer is not a JSON object")
-        if response.status_code >= 500 and api.error_of(answer) is None:
-            raise _Retry(f"HTTP {response.status_code}")
+        if status >= 500 and api.error_of(answer) is None:
+            raise _Retry(f"HTTP {status}")
         return answer
 
     async def _auth(self, index: int, timeout: float) -> dict[str, str]:
@@ -259,17 +261,13 @@ class Client:
                 headers = await self._auth(index, self.timeout)
                 async with (
                     self._http.stream(
-                        "POST",
                         endpoint + "/v3/watch",
-                        json=api.watch(key, following, prefix=prefix),
-                        headers=headers,
-                        timeout=httpx2.Timeout(self.timeout, read=idle),
-                    ) as response,
-                    # aiter_raw closes the connection's own stream when it is closed;
-                    # aiter_lines leaves generators below it to the garbage collector,
-                    # which trio reports (and a watch is always left half read).
-                    contextlib.aclosing(response.aiter_raw()) as raw,
-                    contextlib.aclosing(_lines(raw)) as messages,
+                        _encode(api.watch(key, following, prefix=prefix)),
+                        _headers(headers),
+                        timeout=self.timeout,
+                        idle=idle,
+                    ) as body,
+                    contextlib.aclosing(_lines(body)) as messages,
                 ):
                     async for message in messages:
                         failure = api.error_of(message)
@@ -286,7 +284,7 @@ class Client:
                                 continue  # seen before a resume
                             following = event.kv.mod_revision + 1
                             yield event
-            except (_Retry, *_NETWORK, json.JSONDecodeError, api.MalformedAnswer):
+            except (_Retry, TransportError, json.JSONDecodeError, api.MalformedAnswer):
                 pass  # a resume from `following` loses nothing
             self._rotate(index)
             failures += 1

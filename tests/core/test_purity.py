@@ -92,8 +92,8 @@ def test_core_module_is_pure(name: str) -> None:
     assert import_violations(source, f"highlander._core.{name}") == []
 
 
-#: Pure modules outside the core: the etcd floor's request bodies and backend URLs.
-PURE_ELSEWHERE = ("_etcd.api", "_etcd.endpoints")
+#: Pure modules outside the core: the etcd floor's request bodies, backend URLs and HTTP bytes.
+PURE_ELSEWHERE = ("_etcd.api", "_etcd.endpoints", "_etcd.http11")
 
 
 @pytest.mark.parametrize("dotted", PURE_ELSEWHERE)

@@ -15,17 +15,7 @@ from highlander._etcd.client import Client
 from highlander._etcd.endpoints import Target, parse
 from tests.support.etcd_cluster import Cluster, free_port
 
-pytestmark = [
-    pytest.mark.anyio,
-    # httpcore2's PoolByteStream.__aiter__ is an async generator that httpx2 iterates
-    # without closing, so a watch left half read (every watch is) leaves it to the
-    # garbage collector, which trio reports. Upstream: pydantic/httpx2#1036 (open),
-    # encode/httpx#3777. Only that generator; our own are closed (aclosing).
-    pytest.mark.filterwarnings(
-        "ignore:Exception ignored in. <async_generator object PoolByteStream.__aiter__"
-        ":pytest.PytestUnraisableExceptionWarning"
-    ),
-]
+pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture(params=["asyncio", "trio"])
