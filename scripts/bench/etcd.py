@@ -55,8 +55,8 @@ async def _frame_round_trips(client: Client, rounds: int) -> list[float]:
     lease = api.granted(await client.call("/v3/lease/grant", api.grant(30)))[0]
     newcomer = await open_channel(client, root, lease, key)
     async with contextlib.aclosing(incoming(client, root, start)) as opened:
-        async for conversation, revision in opened:
-            holder = accept_channel(client, root, conversation, revision, lease, key)
+        async for conversation, opening in opened:
+            holder = accept_channel(client, root, conversation, opening.mod_revision, lease, key)
             break
     n_app, n_end = socket.socketpair()
     i_app, i_end = socket.socketpair()
