@@ -119,6 +119,8 @@ class Txn:
     header: Header
     succeeded: bool
     kvs: tuple[KeyValue, ...]
+    #: The keys of each range request, in the order the branch made them.
+    ranges: tuple[tuple[KeyValue, ...], ...] = ()
 
 
 def _object(answer: object, what: str) -> Json:
@@ -317,15 +319,16 @@ def move(
 
 def txn(answer: Json) -> Txn:
     """Which branch a transaction ran, and the keys its range requests read."""
-    kvs: list[KeyValue] = []
+    ranges: list[tuple[KeyValue, ...]] = []
     responses = answer.get("responses", [])
     if not isinstance(responses, list):
         raise MalformedAnswer("txn: responses is not a list")
     for response in responses:
         ranged = _object(response, "txn response").get("response_range")
         if ranged is not None:
-            kvs.extend(got(_object(ranged, "response_range"))[1])
-    return Txn(header(answer), bool(answer.get("succeeded", False)), tuple(kvs))
+            ranges.append(got(_object(ranged, "response_range"))[1])
+    kvs = tuple(kv for read in ranges for kv in read)
+    return Txn(header(answer), bool(answer.get("succeeded", False)), kvs, tuple(ranges))
 
 
 def watch(key: bytes, start_revision: int, *, prefix: bool = False) -> Json:

@@ -41,10 +41,29 @@ def queue_prefix(root: bytes) -> bytes:
     return root + b"queue/"
 
 
-async def join(client: Client, key: bytes, value: bytes, lease: int) -> int:
-    """Put our place ``key`` in the queue on ``lease``: its create revision (our order)."""
-    answer = api.txn(await client.call("/v3/kv/txn", api.put_if_absent(key, value, lease)))
-    return answer.kvs[0].create_revision if answer.kvs else answer.header.revision
+def _looks(root: bytes) -> list[api.Json]:
+    """The two reads of a look: the queue, and the project's last write."""
+    return [
+        {"request_range": api.get(queue_prefix(root), prefix=True)},
+        {"request_range": api.latest(root)},
+    ]
+
+
+async def join(
+    client: Client, root: bytes, key: bytes, value: bytes, lease: int
+) -> tuple[int, tuple[list[bytes], int] | None]:
+    """Put our place ``key`` in the queue on ``lease`` and take the first look, in one request.
+
+    Returns our place's create revision (our order) and what :func:`ahead`
+    would have found.
+    """
+    body = api.put_if_absent(key, value, lease)
+    body["success"] += _looks(root)
+    body["failure"] += _looks(root)
+    answer = api.txn(await client.call("/v3/kv/txn", body))
+    mine, queued, last = answer.ranges[-3:]
+    revision = mine[0].create_revision if mine else answer.header.revision
+    return revision, _older(queued, last, key, revision)
 
 
 async def ahead(
@@ -54,14 +73,21 @@ async def ahead(
 
     The last write (the highest mod revision of any key under ``root``:
     conversations' frames, the holder key, the queue) moves while whoever is
-    ahead of us converses.  ``None`` if our own key is gone.
+    ahead of us converses.  ``None`` if our own key is gone.  One transaction
+    of reads only (as linearizable as a range): both at one revision, in one
+    round trip.
     """
-    prefix = queue_prefix(root)
-    _, kvs = api.got(await client.call("/v3/kv/range", api.get(prefix, prefix=True)))
-    if not any(kv.key == key for kv in kvs):
+    answer = api.txn(await client.call("/v3/kv/txn", {"compare": [], "success": _looks(root)}))
+    queued, last = answer.ranges
+    return _older(queued, last, key, revision)
+
+
+def _older(
+    queued: tuple[api.KeyValue, ...], last: tuple[api.KeyValue, ...], key: bytes, revision: int
+) -> tuple[list[bytes], int] | None:
+    if not any(kv.key == key for kv in queued):
         return None
-    _, last = api.got(await client.call("/v3/kv/range", api.latest(root)))
-    older = sorted((kv for kv in kvs if kv.create_revision < revision), key=_created)
+    older = sorted((kv for kv in queued if kv.create_revision < revision), key=_created)
     return [kv.key for kv in older], max((kv.mod_revision for kv in last), default=0)
 
 
@@ -113,7 +139,10 @@ class Turn:
         session = self.session
         if self.revision is None:
             lease = session.lease_kept().lease
-            self.revision = session.call(join, session.client, self.key, self.value, lease)
+            self.revision, found = session.call(
+                join, session.client, self.root, self.key, self.value, lease
+            )
+            return found  # type: ignore[no-any-return]
         return session.call(ahead, session.client, self.root, self.key, self.revision)  # type: ignore[no-any-return]
 
     def leave(self) -> None:

@@ -9,6 +9,8 @@ a newcomer that makes no way is passed after a handover's patience.
 
 from __future__ import annotations
 
+import uuid
+
 from highlander._etcd import api
 from highlander._etcd.queue import queue_prefix
 from highlander._etcd.session import app_root
@@ -55,3 +57,33 @@ def test_a_place_that_makes_no_way_is_passed(hosts: Hosts, etcd: Cluster) -> Non
         assert first.finish(SETTLE)[0] == 0
     finally:
         post(endpoint, "/v3/lease/revoke", {"ID": str(lease)})
+
+
+def test_joining_takes_the_first_look_in_the_same_request(etcd: Cluster) -> None:
+    """``join`` puts a place and reads the queue at once: what ``ahead`` would say then."""
+    import anyio
+
+    from highlander._etcd.client import Client
+    from highlander._etcd.endpoints import parse
+    from highlander._etcd.queue import ahead, join
+
+    root = f"/highlander-tests/{uuid.uuid4().hex}/".encode()
+    first, second = queue_prefix(root) + b"h1/a", queue_prefix(root) + b"h2/b"
+
+    async def main() -> None:
+        async with Client(parse(etcd.backend, {})) as client:
+            lease = api.granted(await client.call("/v3/lease/grant", api.grant(30)))[0]
+            mine, found = await join(client, root, first, b"1", lease)
+            assert found is not None and found[0] == []  # nobody ahead of the first
+            theirs, found = await join(client, root, second, b"2", lease)
+            assert theirs > mine
+            assert found is not None and found[0] == [first]
+            assert found[1] == theirs  # the project's last write: our own place
+            assert await ahead(client, root, second, theirs) == found
+            again, _ = await join(client, root, first, b"1", lease)  # retried: still our place
+            assert again == mine
+            await client.call("/v3/kv/deleterange", {"key": api.b64(second)})
+            assert await ahead(client, root, second, theirs) is None  # our place went
+            await client.call("/v3/lease/revoke", api.revoke(lease))
+
+    anyio.run(main)
