@@ -21,7 +21,7 @@ import contextlib
 import os
 import socket
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio
 
@@ -64,6 +64,8 @@ class Channel:
     peer_lease: int = 0
     #: Whether the other side's keys were seen deleted: its lease ended.
     peer_gone: bool = False
+    #: The watch :meth:`listen` opened, until :meth:`chunks` reads it.
+    _watch: AsyncGenerator[api.Event, None] | None = field(default=None, repr=False)
 
     @property
     def _base(self) -> bytes:
@@ -79,6 +81,30 @@ class Channel:
     async def _put(self, name: bytes, value: bytes) -> int:
         body = {"key": api.b64(name), "value": api.b64(value), "lease": str(self.lease)}
         return api.header(await self.client.call("/v3/kv/put", body)).revision
+
+    async def listen(self, start: int) -> None:
+        """Watch the other side's keys from ``start`` (0: from now) before this side speaks.
+
+        Returns once etcd has the watch, so the answer to what this side
+        writes next reaches :meth:`chunks` as soon as it is written.
+        """
+        watch = self.client.watch(self._theirs, start, prefix=True, report_created=True)
+        try:
+            await anext(watch)  # CREATED
+        except BaseException:
+            await watch.aclose()
+            raise
+        self._watch = watch
+
+    async def close(self) -> None:
+        """Close a watch :meth:`listen` opened that :meth:`chunks` never read."""
+        if self._watch is not None:
+            watch, self._watch = self._watch, None
+            await watch.aclose()
+
+    @property
+    def _theirs(self) -> bytes:
+        return self._base + _SIDES[self._other] + b"/"
 
     async def announce(self, here: bytes = b"") -> None:
         """Say this side is here (the newcomer's open, with ``here``: who it is; the answer)."""
@@ -98,9 +124,11 @@ class Channel:
 
     async def chunks(self) -> AsyncGenerator[bytes, None]:
         """The other side's chunks in order, until its ``fin`` or the end of its lease."""
-        theirs = self._base + _SIDES[self._other] + b"/"
+        theirs = self._theirs
         expected = 0
-        watch = self.client.watch(theirs, self.since + 1, prefix=True)
+        watch, self._watch = self._watch, None
+        if watch is None:
+            watch = self.client.watch(theirs, self.since + 1, prefix=True)
         async with contextlib.aclosing(watch) as events:
             async for event in events:
                 leaf = event.kv.key[len(theirs) :]
@@ -150,7 +178,13 @@ async def open_channel(
     conversation = os.urandom(sealing.CONVERSATION_ID_BYTES)
     key = sealing.conversation_key(channel_key, conversation)
     channel = Channel(client, root, conversation, sealing.NEWCOMER, lease, key, since=0)
-    await channel.announce(here)
+    # Nothing of a new conversation exists before its announce: "from now" misses nothing.
+    await channel.listen(0)
+    try:
+        await channel.announce(here)
+    except BaseException:
+        await channel.close()
+        raise
     return channel
 
 
@@ -241,6 +275,7 @@ async def carry(channel: Channel, end: socket.socket) -> None:
     try:
         await bridge(channel, end)
     finally:
+        await channel.close()  # a watch the bridge never came to read
         with contextlib.suppress(Exception):
             await channel.forget()
 

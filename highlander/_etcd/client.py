@@ -48,6 +48,10 @@ WATCH_IDLE = 5.0
 ROUND_PAUSE = 0.05
 
 
+#: What a watch asked to ``report_created`` yields first, once etcd has it.
+CREATED = api.Event("created", api.KeyValue(b"", b"", 0, 0, 0, 0))
+
+
 class WatchCompacted(EtcdError):  # noqa: N818 - a condition the caller handles, like StopIteration
     """The revision a watch resumes from was compacted away: read the state again."""
 
@@ -243,9 +247,23 @@ class Client:
         return {"Authorization": self._tokens[endpoint]}
 
     async def watch(
-        self, key: bytes, start_revision: int, *, prefix: bool = False, idle: float = WATCH_IDLE
+        self,
+        key: bytes,
+        start_revision: int,
+        *,
+        prefix: bool = False,
+        idle: float = WATCH_IDLE,
+        report_created: bool = False,
     ) -> AsyncGenerator[api.Event, None]:
         """Every change of ``key`` (or under it) from ``start_revision`` on, in order, for ever.
+
+        ``start_revision`` 0: from the moment etcd has the watch.  With
+        ``report_created``, the first item is :data:`CREATED`, once etcd
+        has the watch: what is written after that is seen, and seen at
+        once.  (etcd delivers a watch that starts at a revision it has
+        already passed only at its next resynchronisation, up to 100 ms
+        later: a conversation's answer must not be watched for after it
+        may have come.)
 
         Resumes on another member when its member goes or stays silent for
         ``idle`` seconds.  Raises :class:`WatchCompacted` when history from
@@ -278,6 +296,11 @@ class Client:
                             raise WatchCompacted(batch.compact_revision)
                         if batch.canceled:
                             raise _Retry(batch.cancel_reason or "watch canceled")
+                        if batch.created and following == 0:
+                            following = batch.header.revision + 1  # "from now" is now a revision
+                        if batch.created and report_created:
+                            report_created = False
+                            yield CREATED
                         failures = 0
                         for event in batch.events:
                             if event.kv.mod_revision < following:

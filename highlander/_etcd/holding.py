@@ -136,8 +136,10 @@ async def _carry(
         end.close()
         return
     try:
+        await channel.listen(channel.since + 1)  # before our answer: its reply comes at once
         await channel.announce()
         await carry(channel, end)
     finally:
+        await channel.close()  # if the announce failed, the watch listen() opened
         peers.pop(name, None)
         end.close()

@@ -11,7 +11,7 @@ import pytest
 from highlander._core.errors import EtcdError, EtcdUnavailableError
 from highlander._etcd import api
 from highlander._etcd.claim import Held, claim, commit, holder, still_held
-from highlander._etcd.client import Client
+from highlander._etcd.client import CREATED, Client
 from highlander._etcd.endpoints import Target, parse
 from tests.support.etcd_cluster import Cluster, free_port
 
@@ -176,6 +176,23 @@ async def test_a_watch_delivers_every_change_in_order_from_a_revision(etcd: Clus
                         break
         assert kvs == ()
         assert seen == [prefix + b"/%d" % i for i in range(3)]
+
+
+async def test_a_watch_from_now_says_when_etcd_has_it_and_then_sees_what_follows(
+    etcd: Cluster,
+) -> None:
+    """A conversation listens before it speaks (channel.listen): the watch starts "from
+    now" and reports its creation, so an answer written after it is never missed."""
+    prefix = _key()
+    async with Client(_target(etcd)) as client:
+        await client.call("/v3/kv/put", {"key": api.b64(prefix + b"/before"), "value": ""})
+        watch = client.watch(prefix, 0, prefix=True, report_created=True)
+        with anyio.fail_after(10):
+            async with contextlib.aclosing(watch) as events:
+                assert await anext(events) is CREATED
+                await client.call("/v3/kv/put", {"key": api.b64(prefix + b"/after"), "value": ""})
+                event = await anext(events)
+        assert (event.kind, event.kv.key) == ("put", prefix + b"/after")
 
 
 async def test_a_request_gets_past_a_frozen_member(faulty: Cluster) -> None:
