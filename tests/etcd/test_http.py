@@ -109,6 +109,11 @@ async def _answer_ok(server: Server, connection: int, index: int) -> bytes:
     return OK
 
 
+async def _silent(server: Server, connection: int, index: int) -> bytes:
+    await anyio.sleep(30)  # a frozen member: the connection is accepted, nothing answered
+    return OK
+
+
 async def test_a_kept_alive_connection_carries_the_next_request() -> None:
     async with serve(_answer_ok) as server:
         pool = Pool()
@@ -159,12 +164,8 @@ async def test_a_response_that_says_close_is_not_reused() -> None:
 
 
 async def test_a_silent_member_costs_one_timeout_and_its_connection() -> None:
-    async def silent(server: Server, connection: int, index: int) -> bytes:
-        await anyio.sleep(30)
-        return OK
-
     before = _fds()
-    async with serve(silent) as server:
+    async with serve(_silent) as server:
         pool = Pool()
         with pytest.raises(TransportError, match=r"within 0\.2 s"):
             await pool.post(server.url, b"{}", {}, timeout=0.2)
@@ -174,12 +175,8 @@ async def test_a_silent_member_costs_one_timeout_and_its_connection() -> None:
 
 
 async def test_a_cancelled_request_closes_its_connection() -> None:
-    async def silent(server: Server, connection: int, index: int) -> bytes:
-        await anyio.sleep(30)
-        return OK
-
     before = _fds()
-    async with serve(silent) as server:
+    async with serve(_silent) as server:
         pool = Pool()
         with anyio.move_on_after(0.2):
             await pool.post(server.url, b"{}", {}, timeout=10)
@@ -252,11 +249,8 @@ async def test_a_tls_handshake_cut_short_leaves_no_descriptor() -> None:
     """A member that accepts TCP and never answers the TLS hello: the budget ends it."""
     context = ssl.create_default_context()
 
-    async def never(server: Server, connection: int, index: int) -> bytes:
-        return OK
-
     before = _fds()
-    async with serve(never) as server:
+    async with serve(_answer_ok) as server:
         pool = Pool(context)
         url = server.url.replace("http://", "https://")
         for _ in range(3):
