@@ -1,11 +1,11 @@
 """``python -m scripts.bench.etcd``: what the etcd backend's steps cost on a local 3-member cluster.
 
-The backend is not selectable yet (issue #15), so this measures its parts,
-each the way the backend will use it: a lease grant, the claim transaction,
-a linearizable read of the holder key (``check_current()``), the commit
-transaction, a keepalive, and one frame's round trip over a conversation
-(newcomer → holder → newcomer through the sealed channel and the
-socketpair bridges).  Medians and p90 over ``--rounds``; the cluster is
+The backend's parts, each the way the backend uses it (issue #15): a lease
+grant, the claim transaction, a linearizable read of the holder key
+(``check_current()``), the commit transaction, a keepalive (its time, and
+the CPU it costs this process), and one frame's round trip over a
+conversation (newcomer → holder → newcomer through the sealed channel and
+the socketpair bridges).  Medians and p90 over ``--rounds``; the cluster is
 started here (tests/support/etcd_cluster.py) and ended by pid.
 """
 
@@ -39,12 +39,16 @@ def _row(name: str, samples: list[float]) -> str:
     return f"| {name} | {statistics.median(ms):.2f} | {p90:.2f} | {len(ms)} |"
 
 
-async def _timed(rounds: int, step: Callable[[], Awaitable[object]]) -> list[float]:
+async def _timed(
+    rounds: int,
+    step: Callable[[], Awaitable[object]],
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[float]:
     samples = []
     for _ in range(rounds):
-        started = time.perf_counter()
+        started = clock()
         await step()
-        samples.append(time.perf_counter() - started)
+        samples.append(clock() - started)
     return samples
 
 
@@ -131,6 +135,9 @@ async def measure(cluster: Cluster, rounds: int) -> list[str]:
             await client.call("/v3/lease/keepalive", api.keepalive(leases[0]))
 
         rows.append(_row("keepalive", await _timed(rounds, keepalive)))
+        # What a holder's own keepalives cost it: this process's CPU per request.
+        cpu = await _timed(rounds, keepalive, time.process_time)
+        rows.append(_row("keepalive, the client's CPU", cpu))
         rows.append(
             _row("frame round trip (sealed channel)", await _frame_round_trips(client, rounds))
         )

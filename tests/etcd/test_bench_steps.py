@@ -30,6 +30,7 @@ async def test_every_step_of_the_etcd_bench_runs(etcd: Cluster) -> None:
         "check_current (linearizable read)",
         "commit (move txn)",
         "keepalive",
+        "keepalive, the client's CPU",
         "frame round trip (sealed channel)",
     ]
     for row in rows:
