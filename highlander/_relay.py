@@ -234,13 +234,19 @@ class Relay:
         """The holder went: read our client's half-written line to its end (bounded).
 
         Its requests count as in flight (answered with the error, never
-        sent); ``False`` if the client left meanwhile.
+        sent); ``False`` if the client left meanwhile, or had already.
         """
         until = time.monotonic() + FINISH_LINE
-        while self.client and time.monotonic() < until:
-            ready, _, _ = select.select([0], [], [], max(0.0, until - time.monotonic()))
-            data = _read(0) if ready else b""
-            if ready and not data:
+        while time.monotonic() < until:
+            # A half-written line is waited for; otherwise only what is there is read,
+            # so a client that left as the holder went (its end already in our stdin)
+            # has no server started again for it.
+            wait = max(0.0, until - time.monotonic()) if self.client else 0.0
+            ready, _, _ = select.select([0], [], [], wait)
+            if not ready:
+                break
+            data = _read(0)
+            if not data:
                 return False
             for line in _lines(self.client, data):
                 message = parse(line)
