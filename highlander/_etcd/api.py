@@ -118,9 +118,13 @@ class Txn:
 
     header: Header
     succeeded: bool
-    kvs: tuple[KeyValue, ...]
     #: The keys of each range request, in the order the branch made them.
     ranges: tuple[tuple[KeyValue, ...], ...] = ()
+
+    @property
+    def kvs(self) -> tuple[KeyValue, ...]:
+        """Every key the branch's ranges read, in order."""
+        return tuple(kv for read in self.ranges for kv in read)
 
 
 def _object(answer: object, what: str) -> Json:
@@ -327,8 +331,7 @@ def txn(answer: Json) -> Txn:
         ranged = _object(response, "txn response").get("response_range")
         if ranged is not None:
             ranges.append(got(_object(ranged, "response_range"))[1])
-    kvs = tuple(kv for read in ranges for kv in read)
-    return Txn(header(answer), bool(answer.get("succeeded", False)), kvs, tuple(ranges))
+    return Txn(header(answer), bool(answer.get("succeeded", False)), tuple(ranges))
 
 
 def watch(key: bytes, start_revision: int, *, prefix: bool = False) -> Json:
