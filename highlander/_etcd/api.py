@@ -255,12 +255,15 @@ def claim_counted(
     Only while ``counter`` is as it was read (``counter_mod``: its mod
     revision, 0 while it does not exist), so two claims never give two
     reigns one generation.  The counter rides on no lease: it outlives them.
+    The failure branch reads the holder key and then the counter, so a
+    claim that guessed the counter wrong retries without another request.
     """
     body = put_if_absent(key, value, lease)
     body["compare"].append(
         {"key": b64(counter), "target": "MOD", "result": "EQUAL", "mod_revision": str(counter_mod)}
     )
     body["success"].insert(1, _put(counter, str(count).encode()))
+    body["failure"].append({"request_range": {"key": b64(counter)}})
     return body
 
 

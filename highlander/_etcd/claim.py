@@ -78,24 +78,33 @@ async def claim_reign(
 ) -> Held | api.KeyValue:
     """:func:`claim`, counting the reign: the new holder's value is ``value_for(generation)``.
 
-    The counter is read, then the claim and the counter's increment are one
-    transaction that holds only while the counter is unchanged, so every
-    reign's generation is one more than the reign before it, cluster-wide.
+    The claim and the counter's increment are one transaction that holds
+    only while the counter is as the claim believes it, so every reign's
+    generation is one more than the reign before it, cluster-wide.  The
+    first attempt believes no counter exists (a project's first claim);
+    when that is wrong, the failure branch has read the holder key and the
+    counter: a held project is known in one request, and a free one is
+    claimed with the counter just read.
     """
     counter = counter_key(key)
+    last = mod = 0
+    stale = False
     for _ in range(_RACES):
-        _, kvs = api.got(await client.call("/v3/kv/range", api.get(counter)))
-        last = count_of(kvs[0] if kvs else None)
-        mod = kvs[0].mod_revision if kvs else 0
-        stale = last > 0 and not kvs[0].value.endswith(api.RELEASED)
         body = api.claim_counted(key, value_for(last + 1), lease, counter, mod, last + 1)
         answer = api.txn(await client.call("/v3/kv/txn", body))
-        if not answer.kvs:
-            continue  # no holder, but the counter moved (or the key went): again
-        kv = answer.kvs[0]
-        if answer.succeeded or kv.lease == lease:
-            return Held(kv.mod_revision, lease, kv.value, stale)
-        return kv
+        holders = answer.ranges[0] if answer.ranges else ()
+        if holders:
+            kv = holders[0]
+            if answer.succeeded or kv.lease == lease:
+                return Held(kv.mod_revision, lease, kv.value, stale)
+            return kv
+        if answer.succeeded:
+            continue  # the key went between the put and the read: again
+        # Nobody holds, but the counter is not as believed: claim above it.
+        counted = answer.ranges[1] if len(answer.ranges) > 1 else ()
+        last = count_of(counted[0] if counted else None)
+        mod = counted[0].mod_revision if counted else 0
+        stale = last > 0 and not counted[0].value.endswith(api.RELEASED)
     raise api.MalformedAnswer(f"the holder key {key!r} kept changing during the claim")
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 from highlander._core.errors import ForeignHolderError
 from highlander._host.claim import Reign
 from highlander._host.modes import Mode
-from highlander._shell.dial import dial_early
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
@@ -31,6 +30,9 @@ async def claim(
         return reign
     # Dial the holder before loading the conversation's code: it accepts and
     # derives its key while we import ours (the newcomer's first attempt).
+    # Imported here: socket costs 2 ms that a duplicate's verdict never needs.
+    from highlander._shell.dial import dial_early  # noqa: PLC0415 - contended only
+
     first = dial_early(settings, backend)
     from highlander._shell.newcomer import acquire  # noqa: PLC0415 - contended only
 
@@ -38,7 +40,11 @@ async def claim(
         from highlander._host.waiting import BLOCKING  # noqa: PLC0415
 
         waiter = BLOCKING
-    result = await acquire(settings, waiter, timeout, backend, first=first)
+    # A backend that dials early claims again before its first attempt (a
+    # lock is free to retry, and the project may have come free meanwhile);
+    # one that does not (etcd: a claim is a round trip) talks at once.
+    claimed = not backend.dials_early
+    result = await acquire(settings, waiter, timeout, backend, first=first, claimed=claimed)
     if not isinstance(result, Reign):
         from highlander._shell.attaching import Relay, become_relay  # noqa: PLC0415
 

@@ -67,6 +67,7 @@ async def acquire(
     backend: Backend = LOCAL,
     *,
     first: tuple[socket.socket, int] | None = None,
+    claimed: bool = False,
 ) -> Reign | Duplicate | Relay:
     """Hold the project (or learn that we run as a duplicate, or attach); see the module docstring.
 
@@ -76,14 +77,18 @@ async def acquire(
     runs out, :class:`AcquireTimeoutError`.  ``backend``: where holders meet
     (:mod:`highlander._shell.backend`).  ``first``: a conversation the caller
     opened already (``backend.open``) and when (wall ms), for the first attempt.
+    ``claimed``: the caller's claim just found the project held, so the first
+    attempt talks to the holder without claiming again (on etcd a claim is a
+    round trip to the cluster; a holder gone meanwhile is the setback of an
+    attempt like any other).
     In share mode the holder may serve our client instead (:class:`Relay`:
     :mod:`highlander._shell.attaching`).
     """
     try:
         if timeout is None:
-            return await _acquire(settings, waiter, backend, first)
+            return await _acquire(settings, waiter, backend, first, claimed)
         limited = TimeLimit(waiter, waiter.now() + timeout)
-        return await _acquire(settings, limited, backend, first)
+        return await _acquire(settings, limited, backend, first, claimed)
     except OutOfTime:
         assert timeout is not None
         raise out_of_time(settings, timeout) from None
@@ -94,7 +99,11 @@ async def acquire(
 
 
 async def _acquire(
-    settings: Settings, waiter: Waiter, backend: Backend, first: tuple[socket.socket, int] | None
+    settings: Settings,
+    waiter: Waiter,
+    backend: Backend,
+    first: tuple[socket.socket, int] | None,
+    claimed: bool,
 ) -> Reign | Duplicate | Relay:
     # The first attempt usually ends it: what a setback needs (the policy and
     # how to carry out its decisions) loads only after one (about 1 ms).
@@ -103,7 +112,7 @@ async def _acquire(
         from highlander._shell.attaching import Declined  # noqa: PLC0415 - share mode only
 
         declined = Declined()
-    found = await turn(settings, waiter, backend, declined, first)
+    found = await turn(settings, waiter, backend, declined, first, claimed=claimed)
     if not isinstance(found, Setback):
         return found
     from highlander._shell.retrying import retry  # noqa: PLC0415 - after a setback only
@@ -117,15 +126,19 @@ async def turn(
     backend: Backend,
     declined: Declined | None,
     first: tuple[socket.socket, int] | None = None,
+    *,
+    claimed: bool = False,
 ) -> Reign | Duplicate | Relay | Setback:
     """One attempt: claim a free project, or talk to its holder; what it found if neither.
 
     ``declined``: share mode's memory across attempts (``None``: share mode is off).
+    ``claimed``: a claim just found the project held (:func:`acquire`): talk at once.
     """
     check(waiter)
-    reign = backend.claim(settings)
-    if reign is not None:
-        return reign
+    if not claimed:
+        reign = backend.claim(settings)
+        if reign is not None:
+            return reign
     if settings.mode is not Mode.AUTO:
         return Duplicate()
     if first is None:
