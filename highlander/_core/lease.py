@@ -16,8 +16,6 @@ laptop resumed after an hour must not believe in a lease that died.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 #: Shortest lease Highlander accepts: TTL 2 s did not ride out an etcd leader
 #: loss at etcd's default timing (1 s election timeout, plus the re-election).
 MIN_TTL = 5
@@ -39,7 +37,6 @@ def request_timeout_for(ttl: float) -> float:
     return min(1.0, ttl / (2 * KEEPALIVES_PER_TTL))
 
 
-@dataclass
 class LeaseClock:
     """The lease's earliest possible end, from the keepalives etcd answered.
 
@@ -48,16 +45,22 @@ class LeaseClock:
     :meth:`renewed`.
     """
 
-    ttl: float
-    granted_sent: float
-    #: The earliest moment etcd may expire the lease: the newest answered send + TTL.
-    earliest_end: float = field(init=False)
-    #: A keepalive said the lease is gone (expired or revoked): nothing renews it.
-    gone: bool = False
+    __slots__ = ("earliest_end", "gone", "granted_sent", "ttl")
 
-    def __post_init__(self) -> None:
+    def __init__(self, ttl: float, granted_sent: float) -> None:
         """The grant is the first answered request."""
-        self.earliest_end = self.granted_sent + self.ttl
+        self.ttl = ttl
+        self.granted_sent = granted_sent
+        #: The earliest moment etcd may expire the lease: the newest answered send + TTL.
+        self.earliest_end = granted_sent + ttl
+        #: A keepalive said the lease is gone (expired or revoked): nothing renews it.
+        self.gone = False
+
+    def __repr__(self) -> str:
+        return (
+            f"LeaseClock(ttl={self.ttl}, granted_sent={self.granted_sent}, "
+            f"earliest_end={self.earliest_end}, gone={self.gone})"
+        )
 
     @property
     def margin(self) -> float:

@@ -5,5 +5,6 @@ this machine's services, and the shell's etcd backend uses it.  ``api`` and
 ``endpoints`` are pure (tests/core/test_purity.py checks them); ``client``
 moves their bodies over HTTP.  Nothing here is imported unless a backend
 says ``etcd://``; it needs nothing beyond Highlander's own dependencies
-(``http`` and ``http11`` speak HTTP/1.1 on anyio).
+(``http`` and ``http11`` speak HTTP/1.1 over plain sockets and ``ssl``, and
+the session runs on ``loop_thread``, the serving side's selector loop).
 """

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-from dataclasses import dataclass
 from typing import Any
+
+from highlander._core.values import Value
 
 #: gRPC status codes that etcd's gateway puts in an error body, by what a client does about them.
 UNAVAILABLE = 14  # this member cannot serve now (no leader, stopping): ask another
@@ -70,8 +71,7 @@ def prefix_end(prefix: bytes) -> bytes:
     return b"\0"  # every key: etcd's convention for "to the end"
 
 
-@dataclass(frozen=True)
-class Header:
+class Header(Value):
     """The part of every answer that says where in etcd's history it was served."""
 
     revision: int
@@ -79,8 +79,7 @@ class Header:
     raft_term: int
 
 
-@dataclass(frozen=True)
-class KeyValue:
+class KeyValue(Value):
     """One key as etcd stores it."""
 
     key: bytes
@@ -91,16 +90,14 @@ class KeyValue:
     lease: int
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(Value):
     """One change a watch reports: ``put`` or ``delete`` of ``kv`` (at ``kv.mod_revision``)."""
 
     kind: str
     kv: KeyValue
 
 
-@dataclass(frozen=True)
-class WatchBatch:
+class WatchBatch(Value):
     """One message of a watch stream."""
 
     header: Header
@@ -112,8 +109,7 @@ class WatchBatch:
     events: tuple[Event, ...]
 
 
-@dataclass(frozen=True)
-class Txn:
+class Txn(Value):
     """The answer to a transaction: which branch ran, and what its ranges read."""
 
     header: Header

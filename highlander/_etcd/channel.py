@@ -21,9 +21,6 @@ import contextlib
 import os
 import socket
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass, field
-
-import anyio
 
 from highlander._core import sealing
 from highlander._etcd import api
@@ -44,28 +41,41 @@ def conversations(root: bytes) -> bytes:
     return root + b"conv/"
 
 
-@dataclass
 class Channel:
     """This side of conversation ``conversation``: write ours, read theirs."""
 
-    client: Client
-    root: bytes
-    conversation: bytes
-    side: int
-    lease: int
-    key: bytes
-    #: Revision after which the other side's keys are read.
-    since: int
-    _sent: int = 0
-    #: How many of the other side's chunks were read (its next key's number).
-    received: int = 0
-    #: The lease the other side's keys ride on (0 until one is read): its reign's
-    #: own, which it lets go only after it says ``relinquished``.
-    peer_lease: int = 0
-    #: Whether the other side's keys were seen deleted: its lease ended.
-    peer_gone: bool = False
-    #: The watch :meth:`listen` opened, until :meth:`chunks` reads it.
-    _watch: AsyncGenerator[api.Event, None] | None = field(default=None, repr=False)
+    def __init__(
+        self,
+        client: Client,
+        root: bytes,
+        conversation: bytes,
+        side: int,
+        lease: int,
+        key: bytes,
+        since: int,
+    ) -> None:
+        """``side``: ``sealing.NEWCOMER`` or ``sealing.INCUMBENT``; ``key``: the sealing key."""
+        self.client = client
+        self.root = root
+        self.conversation = conversation
+        self.side = side
+        self.lease = lease
+        self.key = key
+        #: Revision after which the other side's keys are read.
+        self.since = since
+        self._sent = 0
+        #: How many of the other side's chunks were read (its next key's number).
+        self.received = 0
+        #: The lease the other side's keys ride on (0 until one is read): its reign's
+        #: own, which it lets go only after it says ``relinquished``.
+        self.peer_lease = 0
+        #: Whether the other side's keys were seen deleted: its lease ended.
+        self.peer_gone = False
+        #: The watch :meth:`listen` opened, until :meth:`chunks` reads it.
+        self._watch: AsyncGenerator[api.Event, None] | None = None
+
+    def __repr__(self) -> str:
+        return f"Channel({self.conversation.hex()}, side={self.side}, lease={self.lease})"
 
     @property
     def _base(self) -> bytes:
@@ -224,10 +234,12 @@ async def bridge(channel: Channel, end: socket.socket) -> None:
     side's stream.  ``end`` is closed on return.
     """
     end.setblocking(False)
+    runtime = channel.client.runtime
+    tasks = runtime.group()
 
     async def outbound() -> None:
         while True:
-            await anyio.wait_readable(end)
+            await runtime.readable(end)
             try:
                 data = end.recv(READ_SIZE)
             except BlockingIOError:
@@ -237,7 +249,7 @@ async def bridge(channel: Channel, end: socket.socket) -> None:
             if not data:
                 await channel.finish()
                 if _hung_up(end):  # closed, not only shut for writing: nobody reads either
-                    tasks.cancel_scope.cancel()
+                    tasks.cancel()
                 return
             await channel.send(data)
 
@@ -247,7 +259,7 @@ async def bridge(channel: Channel, end: socket.socket) -> None:
                 async for chunk in chunks:
                     view = memoryview(chunk)
                     while view:
-                        await anyio.wait_writable(end)
+                        await runtime.writable(end)
                         try:
                             view = view[end.send(view) :]
                         except BlockingIOError:
@@ -258,10 +270,11 @@ async def bridge(channel: Channel, end: socket.socket) -> None:
             end.shutdown(socket.SHUT_WR)
 
     try:
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(outbound)
-            await inbound()
-            # The peer's stream is over; ours ends when the local end closes.
+        # The peer's stream is over when inbound returns; ours ends when the
+        # local end closes (outbound), which cancels inbound if still reading.
+        async with tasks:
+            tasks.spawn(outbound)
+            tasks.spawn(inbound)
     finally:
         end.close()
 

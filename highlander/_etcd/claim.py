@@ -18,8 +18,8 @@ in a transaction), so the token is the mod revision throughout.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from highlander._core.values import Value
 from highlander._etcd import api
 from highlander._etcd.client import Client
 
@@ -28,8 +28,7 @@ from highlander._etcd.client import Client
 _RACES = 3
 
 
-@dataclass(frozen=True)
-class Held:
+class Held(Value):
     """We hold the project: the fencing token, and the lease the key rides on."""
 
     token: int

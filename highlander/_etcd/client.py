@@ -1,9 +1,10 @@
 """A small etcd v3 client over its JSON/HTTP API: every member tried, short timeouts.
 
 Why HTTP and not gRPC: etcd serves the same API as JSON beside gRPC, a
-small HTTP/1.1 client on anyio (:mod:`highlander._etcd.http`) speaks it on
-asyncio and trio alike, and no grpcio or protobuf pin lands in the user's
-environment.  What this client adds to a plain
+small HTTP/1.1 client (:mod:`highlander._etcd.http`) speaks it on any
+:class:`~highlander._host.waiting.Runtime` (the session's loop without
+asyncio, or anyio's on asyncio and trio), and no grpcio or protobuf pin
+lands in the user's environment.  What this client adds to a plain
 HTTP call is what a holder needs from a cluster whose members come and go:
 
 * **Rotation.** A request goes to the member that answered last; a member
@@ -30,12 +31,14 @@ import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator
 
-import anyio
-
 from highlander._core.errors import EtcdError, EtcdUnavailableError
 from highlander._etcd import api
 from highlander._etcd.endpoints import Target
 from highlander._etcd.http import Pool, TransportError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from highlander._host.waiting import Runtime
 
 #: Per-request timeout unless the caller gives one (keepalives give less: _core/lease).
 DEFAULT_TIMEOUT = 1.0
@@ -89,6 +92,10 @@ class _Retry(Exception):  # noqa: N818 - internal control flow
     """This member could not serve the request; ask the next one."""
 
 
+class _Spent(_Retry):
+    """The call's budget ran out before this member was asked: ask nobody else."""
+
+
 def _plain_refusal(url: str, status: int, text: str) -> str:
     """A refusal etcd wrote as plain text, with the fix where it is known."""
     said = text.strip()[:200]
@@ -105,13 +112,24 @@ class Client:
     """An etcd client for one :class:`~highlander._etcd.endpoints.Target`; ``async with`` it."""
 
     def __init__(
-        self, target: Target, *, timeout: float = DEFAULT_TIMEOUT, budget: float = DEFAULT_BUDGET
+        self,
+        target: Target,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        budget: float = DEFAULT_BUDGET,
+        runtime: Runtime | None = None,
     ) -> None:
         """Nothing is connected until the first request.
 
         ``timeout``: one request's, per member; ``budget``: a call's whole
-        time, every member tried (unless the call gives its own).
+        time, every member tried (unless the call gives its own);
+        ``runtime``: where its coroutines wait (anyio's running loop if none).
         """
+        if runtime is None:
+            from highlander._host.waiting import ANYIO  # noqa: PLC0415
+
+            runtime = ANYIO
+        self.runtime: Runtime = runtime
         self.target = target
         self.timeout = timeout
         self.budget = budget
@@ -131,7 +149,7 @@ class Client:
                 context.load_cert_chain(self.target.cert, self.target.key)
         # No proxy is ever used (no HTTP_PROXY read): a proxy meant for the user's
         # downloads must not silently carry the project's claim and its auth token.
-        self._http = Pool(context)
+        self._http = Pool(context, self.runtime)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -166,16 +184,22 @@ class Client:
         """
         budget = self.budget if budget is None else budget
         last = "no member was tried"
-        with anyio.move_on_after(budget):
-            while True:
-                for _ in self.target.endpoints:
-                    index = self._current
-                    try:
-                        return await self._once(index, path, body, timeout or self.timeout)
-                    except _Retry as why:
-                        last = f"{self.target.endpoints[index]}: {why}"
-                        self._rotate(index)
-                await anyio.sleep(ROUND_PAUSE)
+        runtime = self.runtime
+        deadline = runtime.now() + budget
+        while runtime.now() < deadline:
+            for _ in self.target.endpoints:
+                index = self._current
+                try:
+                    return await self._once(index, path, body, timeout or self.timeout, deadline)
+                except _Spent:
+                    break
+                except _Retry as why:
+                    last = f"{self.target.endpoints[index]}: {why}"
+                    self._rotate(index)
+                if runtime.now() >= deadline:
+                    break
+            else:
+                await runtime.sleep(min(ROUND_PAUSE, max(deadline - runtime.now(), 0.0)))
         raise EtcdUnavailableError(
             f"no etcd member answered {path} within {budget:g} s (last: {last}); check "
             f"HIGHLANDER_BACKEND ({self.target.describe()}) and that a majority of the "
@@ -183,11 +207,16 @@ class Client:
             api.UNAVAILABLE,
         )
 
-    async def _once(self, index: int, path: str, body: api.Json, timeout: float) -> api.Json:
+    async def _once(
+        self, index: int, path: str, body: api.Json, timeout: float, deadline: float
+    ) -> api.Json:
+        """One member's answer: each request within ``timeout`` and before ``deadline``."""
         endpoint = self.target.endpoints[index]
         for attempt in range(2):
-            headers = await self._auth(index, timeout)
-            answer = await self._post(endpoint + path, body, headers, timeout)
+            headers = await self._auth(index, self._within(timeout, deadline))
+            answer = await self._post(
+                endpoint + path, body, headers, self._within(timeout, deadline)
+            )
             failure = api.error_of(answer)
             if failure is None:
                 return answer
@@ -203,6 +232,13 @@ class Client:
             "HIGHLANDER_ETCD_USER / HIGHLANDER_ETCD_PASSWORD",
             api.UNAUTHENTICATED,
         )
+
+    def _within(self, timeout: float, deadline: float) -> float:
+        """``timeout``, cut to what is left before ``deadline`` (a call's budget)."""
+        left = deadline - self.runtime.now()
+        if left <= 0:
+            raise _Spent
+        return min(timeout, left)
 
     async def _post(
         self, url: str, body: api.Json, headers: dict[str, str], timeout: float
@@ -312,4 +348,4 @@ class Client:
             self._rotate(index)
             failures += 1
             if failures >= len(self.target.endpoints):
-                await anyio.sleep(ROUND_PAUSE)
+                await self.runtime.sleep(ROUND_PAUSE)

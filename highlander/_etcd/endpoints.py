@@ -12,16 +12,15 @@ Pure code: the environment comes in as a mapping.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from highlander._core.errors import ConfigurationError
+from highlander._core.values import Value
 
 DEFAULT_PORT = 2379
 SCHEMES = {"etcd": "http", "etcds": "https"}
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(Value):
     """A parsed etcd backend: the member URLs, TLS files and credentials."""
 
     endpoints: tuple[str, ...]

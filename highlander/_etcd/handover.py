@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import anyio
-
 from highlander._core import etcd_commit as rules
 from highlander._core.errors import EtcdError, EtcdUnavailableError
 from highlander._core.etcd_commit import Key, Reply, Then
@@ -108,7 +106,7 @@ async def fence(
     found = await fence_out(client, key, value, incumbent, fence_lease, unread, also)
     if found is not Key.OURS:
         return found
-    await anyio.sleep(rules.fence_wait(ttl))
+    await client.runtime.sleep(rules.fence_wait(ttl))
     return await where(client, key, fence_lease, incumbent)
 
 

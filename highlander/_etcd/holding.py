@@ -17,10 +17,8 @@ import contextlib
 import os
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
 
-import anyio
-
+from highlander._core.values import Value
 from highlander._etcd import api
 from highlander._etcd.channel import Channel, accept_channel, carry, incoming
 from highlander._etcd.claim import mark_released
@@ -90,8 +88,7 @@ def private_listener() -> Listener:
     return Listener(sock, "", None)
 
 
-@dataclass(frozen=True)
-class Incoming:
+class Incoming(Value):
     """A conversation a newcomer opened: its opening key (its lease, what it said it is)."""
 
     opening: api.KeyValue
@@ -113,12 +110,12 @@ async def let_in(
     """
     client = session.client
     watch = incoming(client, root, since)
-    async with anyio.create_task_group() as tasks, contextlib.aclosing(watch) as opened:
+    async with client.runtime.group() as tasks, contextlib.aclosing(watch) as opened:
         async for conversation, opening in opened:
             channel = accept_channel(
                 client, root, conversation, opening.mod_revision, lease(), channel_key
             )
-            tasks.start_soon(_carry, channel, listener, peers, Incoming(opening))
+            tasks.spawn(_carry, channel, listener, peers, Incoming(opening))
 
 
 async def _carry(

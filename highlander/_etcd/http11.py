@@ -16,7 +16,8 @@ request ~2 ms of CPU (docs/performance.md, issue #15).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+from highlander._core.values import Value
 
 #: A response head larger than this is not etcd's (a misdirected port, a proxy's page).
 MAX_HEAD = 64 * 1024
@@ -31,8 +32,7 @@ class ProtocolError(Exception):
     """The peer's bytes are not an HTTP/1.1 response this client can read."""
 
 
-@dataclass(frozen=True)
-class Head:
+class Head(Value):
     """A response's status line and headers (names in lower case, repeats joined by ``, ``)."""
 
     status: int

@@ -14,8 +14,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import anyio
-
 from highlander._core.errors import EtcdError, EtcdUnavailableError
 from highlander._core.lease import LeaseClock, request_timeout_for
 from highlander._etcd import api
@@ -69,7 +67,7 @@ class Keeper:
                 return self.why
             wake = min(self.clock.next_keepalive(last_sent), self.clock.valid_until)
             if wake > now:
-                await anyio.sleep(wake - now)
+                await self.client.runtime.sleep(wake - now)
                 continue
             last_sent = self.now()
             left = self.clock.valid_until - last_sent

@@ -2,8 +2,9 @@
 
 The lease must be renewed whatever the application does with its own event
 loop (or without one: the sync API has none), so the client, the keeper and
-the watches run on a private anyio loop in a daemon thread, reached through
-a blocking portal.  Blocking the application's loop for a second must not
+the watches run on a private loop in a daemon thread
+(:mod:`highlander._etcd.loop_thread`: the serving side's selector loop, no
+asyncio).  Blocking the application's loop for a second must not
 cost it the project; starving the whole process is what the lease bound is
 for (:mod:`highlander._core.lease`).
 
@@ -22,19 +23,17 @@ import json
 import os
 import threading
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any
-
-import anyio.from_thread
 
 from highlander._core.errors import ConfigurationError
 from highlander._core.lease import MIN_TTL
+from highlander._core.values import Value
 from highlander._etcd import api
 from highlander._etcd.claim import Held, claim, claim_reign, holder, still_held
 from highlander._etcd.client import Client
 from highlander._etcd.endpoints import Target
 from highlander._etcd.keeper import Keeper, grant
+from highlander._etcd.loop_thread import LoopThread, Spawned
 from highlander._host.identity import boot_id, own_identity
 from highlander._host.log import warn_once
 
@@ -73,8 +72,7 @@ def holder_key(root: bytes) -> bytes:
     return root + b"holder"
 
 
-@dataclass(frozen=True)
-class HolderValue:
+class HolderValue(Value):
     """Who holds, as the holder key says."""
 
     host: str
@@ -94,7 +92,7 @@ class HolderValue:
 
     def encode(self) -> bytes:
         """The holder key's value."""
-        fields = {**self.__dict__, "successions_ms": list(self.successions_ms)}
+        fields = {**self._asdict(), "successions_ms": list(self.successions_ms)}
         return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
@@ -102,7 +100,7 @@ class HolderValue:
         """The value back; ``None`` for one that is not a holder's (damaged, foreign)."""
         try:
             fields = json.loads(raw)
-            named = {name: fields[name] for name in cls.__dataclass_fields__ if name in fields}
+            named = {name: fields[name] for name in cls.FIELDS if name in fields}
             named["successions_ms"] = tuple(named.get("successions_ms", ()))
             value = cls(**named)
         except (ValueError, TypeError, KeyError):
@@ -133,20 +131,20 @@ class Session:
         """Start the session's thread (nothing is sent to etcd yet)."""
         self.target = target
         self.ttl = ttl
-        self._portal, self._thread = _portal_thread()
+        self._loop = LoopThread()
         self._open = True
-        self.client = Client(target)
-        self._portal.call(self.client.__aenter__)
+        self.client = Client(target, runtime=self._loop.loop)
+        self._loop.call(self.client.__aenter__)
         self._checked_version = False
         self.keeper: Keeper | None = None
         self.held: Held | None = None
-        self._kept: Future[Any] | None = None
+        self._kept: Spawned | None = None
         self._lost: list[Callable[[str], None]] = []
         self._lock = threading.Lock()
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run the coroutine function ``fn(*args)`` on the session's loop and wait for it."""
-        return self._portal.call(fn, *args)
+        return self._loop.call(fn, *args)
 
     def on_lost(self, callback: Callable[[str], None]) -> None:
         """Call ``callback(why)`` (on the session's thread) when the reign's lease is lost."""
@@ -155,9 +153,7 @@ class Session:
     def claim(self, key: bytes, value: bytes) -> Held | api.KeyValue:
         """Hold ``key`` if nobody does (then keep its lease alive), or the holder's key."""
         keeper = self.lease_kept()
-        result: Held | api.KeyValue = self._portal.call(
-            claim, self.client, key, value, keeper.lease
-        )
+        result: Held | api.KeyValue = self._loop.call(claim, self.client, key, value, keeper.lease)
         if isinstance(result, Held):
             self.held = result
         return result
@@ -165,16 +161,16 @@ class Session:
     def claim_reign(self, key: bytes, value_for: Callable[[int], bytes]) -> Held | api.KeyValue:
         """:meth:`claim`, counting the reign (:func:`~highlander._etcd.claim.claim_reign`)."""
         keeper = self.lease_kept()
-        result: Held | api.KeyValue = self._portal.call(
+        result: Held | api.KeyValue = self._loop.call(
             claim_reign, self.client, key, keeper.lease, value_for
         )
         if isinstance(result, Held):
             self.held = result
         return result
 
-    def spawn(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+    def spawn(self, fn: Callable[..., Any], *args: Any) -> Spawned:
         """Run the coroutine function ``fn(*args)`` on the session's loop; do not wait."""
-        return self._portal.start_task_soon(fn, *args)
+        return self._loop.spawn(fn, *args)
 
     def adopt(self, held: Held, keeper: Keeper) -> None:
         """Hold ``held`` on ``keeper``'s lease from now on (a fence's); the old lease is revoked.
@@ -183,11 +179,11 @@ class Session:
         """
         old, old_task = self.keeper, self._kept
         self.keeper, self.held = keeper, held
-        self._kept = self._portal.start_task_soon(keeper.run)
+        self._kept = self._loop.spawn(keeper.run)
         self._kept.add_done_callback(self._ended)
         if old is not None:
             with contextlib.suppress(Exception):  # it ends by its TTL if etcd is away now
-                self._portal.call(old.revoke)
+                self._loop.call(old.revoke)
         if old_task is not None:
             old_task.cancel()
 
@@ -198,11 +194,10 @@ class Session:
         says is gone) is replaced by a new one.
         """
         if not self._checked_version:
+            # Beside the grant, not before it: the warning is for the log,
+            # and the claim need not wait a round trip for it.
             self._checked_version = True
-            status = self._portal.call(self.client.call, "/v3/maintenance/status", {})
-            warning = api.version_warning(status)
-            if warning is not None:
-                warn_once(f"etcd-version:{status.get('version')}", "etcd_version", detail=warning)
+            self._loop.spawn(_warn_if_old, self.client)
         stale = self.keeper is not None and (renew or not self.keeper.holds())
         if stale and self.held is None:
             # Not holding, and the lease ended (a stopped process, etcd lost it):
@@ -211,13 +206,13 @@ class Session:
             self.keeper.stop("replaced")
             self.keeper = None
         if self.keeper is None:
-            lease, clock = self._portal.call(grant, self.client, self.ttl)
+            lease, clock = self._loop.call(grant, self.client, self.ttl)
             self.keeper = Keeper(self.client, lease, clock)
-            self._kept = self._portal.start_task_soon(self.keeper.run)
+            self._kept = self._loop.spawn(self.keeper.run)
             self._kept.add_done_callback(self._ended)
         return self.keeper
 
-    def _ended(self, done: Future[Any]) -> None:
+    def _ended(self, done: Spawned) -> None:
         if done.cancelled() or done is not self._kept:
             return  # cancelled at close, or a lease this session gave up for another
         why = done.result() if done.exception() is None else f"keeper failed: {done.exception()}"
@@ -235,12 +230,12 @@ class Session:
         if held is None or keeper is None or not self.holds():
             return False
         left = max(keeper.clock.valid_until - keeper.now(), 0.0)
-        confirmed = bool(self._portal.call(still_held, self.client, key, held, left))
+        confirmed = bool(self._loop.call(still_held, self.client, key, held, left))
         return confirmed and self.holds()  # the read may have outlasted the bound
 
     def holder(self, key: bytes) -> api.KeyValue | None:
         """The holder key now (linearizable), or ``None`` while nobody holds."""
-        result: api.KeyValue | None = self._portal.call(holder, self.client, key)
+        result: api.KeyValue | None = self._loop.call(holder, self.client, key)
         return result
 
     def close(self, *, revoke: bool = True) -> None:
@@ -252,41 +247,21 @@ class Session:
         keeper, self.held = self.keeper, None
         if keeper is not None and revoke:
             with contextlib.suppress(Exception):  # a cluster that is gone ends the lease by TTL
-                self._portal.call(keeper.revoke)
+                self._loop.call(keeper.revoke)
         if self._kept is not None:
             self._kept.cancel()
         with contextlib.suppress(Exception):
-            self._portal.call(self.client.__aexit__, None, None, None)
-        with contextlib.suppress(Exception):  # its loop is gone already
-            self._portal.call(self._portal.stop)
-        self._thread.join(timeout=5.0)
+            self._loop.call(self.client.__aexit__, None, None, None)
+        self._loop.stop()
 
 
-def _portal_thread() -> tuple[anyio.from_thread.BlockingPortal, threading.Thread]:
-    """A blocking portal on an anyio loop in a *daemon* thread of its own.
-
-    Not ``anyio.from_thread.start_blocking_portal``: its thread is a pool's,
-    which the interpreter joins at exit, so a process that leaves without
-    closing its session (an error at the claim, ``sys.exit``) would wait
-    for the loop forever.
-    """
-    ready: Future[anyio.from_thread.BlockingPortal] = Future()
-
-    async def serve() -> None:
-        async with anyio.from_thread.BlockingPortal() as portal:
-            ready.set_result(portal)
-            await portal.sleep_until_stopped()
-
-    def run() -> None:
-        try:
-            anyio.run(serve)
-        except BaseException as exc:
-            if not ready.done():
-                ready.set_exception(exc)
-
-    thread = threading.Thread(target=run, name="highlander-etcd", daemon=True)
-    thread.start()
-    return ready.result(timeout=30), thread
+async def _warn_if_old(client: Client) -> None:
+    """Warn once when the member that answers runs an etcd older than the one to deploy."""
+    with contextlib.suppress(Exception):  # unreachable: the grant beside it says so
+        status = await client.call("/v3/maintenance/status", {})
+        warning = api.version_warning(status)
+        if warning is not None:
+            warn_once(f"etcd-version:{status.get('version')}", "etcd_version", detail=warning)
 
 
 def session_for(

@@ -28,7 +28,6 @@ from highlander._core.values import Value
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
-    from pathlib import Path
     from typing import Literal
 
 ENV_VAR = "HIGHLANDER_PROJECT_ID"
@@ -144,7 +143,9 @@ def check_id(value: str, source: str) -> str:
     raise ProjectIdError(f"the project id from {source} ({value[:80]!r}) {problem}: {fix}")
 
 
-def derive(project: Path, explicit: str | None, environ: Mapping[str, str]) -> ProjectId:
+def derive(
+    project: str | os.PathLike[str], explicit: str | None, environ: Mapping[str, str]
+) -> ProjectId:
     """The id of the project at ``project``: argument, then environment, then git.
 
     See the module docstring.  Raises :class:`ProjectIdError`, naming the fix,

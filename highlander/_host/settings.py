@@ -178,11 +178,9 @@ class Settings:
                 "unset HIGHLANDER_SHARE (share=) or HIGHLANDER_BACKEND (backend=)"
             )
         if chosen_backend is not None:
-            from pathlib import Path  # noqa: PLC0415 - etcd only
+            from highlander._host.project_id import derive  # noqa: PLC0415 - etcd only
 
-            from highlander._host.project_id import derive  # noqa: PLC0415
-
-            project_id = derive(Path(root), project_id, env).key
+            project_id = derive(root, project_id, env).key
         return cls(
             app=name,
             root=root,

@@ -19,7 +19,6 @@ import os
 import socket
 import time
 import weakref
-from dataclasses import dataclass, replace
 
 from highlander._core.errors import ConfigurationError, EtcdError, ForeignHolderError
 from highlander._core.findings import Setback
@@ -47,13 +46,15 @@ if TYPE_CHECKING:
 POLL = 0.05
 
 
-@dataclass
 class Opened:
     """One conversation a newcomer opened: with which reign, and its channel."""
 
-    incumbent: Held
-    holder: HolderValue
-    channel: Channel
+    __slots__ = ("channel", "holder", "incumbent")
+
+    def __init__(self, incumbent: Held, holder: HolderValue, channel: Channel) -> None:
+        self.incumbent = incumbent
+        self.holder = holder
+        self.channel = channel
 
 
 class EtcdBackend:
@@ -76,7 +77,7 @@ class EtcdBackend:
         self.root = app_root(settings.app, settings.project_id, settings.env)
         self.key = holder_key(self.root)
         self.counter = counter_key(self.key)
-        self.me = replace(HolderValue.mine(settings.app, settings.env), ttl=settings.lease_ttl)
+        self.me = HolderValue.mine(settings.app, settings.env)._replace(ttl=settings.lease_ttl)
         self._opened: weakref.WeakKeyDictionary[socket.socket, Opened] = weakref.WeakKeyDictionary()
         self.peers: dict[bytes, Incoming] = {}
         #: The holder key as the last claim read it (the next open talks to that reign).
@@ -131,7 +132,7 @@ class EtcdBackend:
 
     def value(self, generation: int, since_ms: int, history: tuple[int, ...] = ()) -> HolderValue:
         """This process as the holder of reign ``generation`` would name itself."""
-        return replace(self.me, generation=generation, since_ms=since_ms, successions_ms=history)
+        return self.me._replace(generation=generation, since_ms=since_ms, successions_ms=history)
 
     def _holder_of(self, kv: api.KeyValue) -> HolderValue:
         holder = HolderValue.decode(kv.value)

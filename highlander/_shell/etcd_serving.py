@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import socket
 import time
-from dataclasses import replace
 
 from highlander._core.etcd_commit import Then
 from highlander._etcd.handover import incumbent_moves
@@ -74,8 +73,8 @@ async def commit(backend: EtcdBackend, incumbent: Incumbent, sock: socket.socket
     # it waits (``EtcdBackend.silent``: Leaving) instead of fencing the state away.
     timeouts = incumbent.settings.timeouts
     begins = now + int((timeouts.exit_grace + timeouts.hello) * 1000)
-    value = replace(
-        successor, generation=generation, since_ms=begins, successions_ms=tuple(history)
+    value = successor._replace(
+        generation=generation, since_ms=begins, successions_ms=tuple(history)
     )
     also = ((backend.counter, str(generation).encode()),)
     then = await incumbent.runtime.to_thread(

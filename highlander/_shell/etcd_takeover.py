@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import replace
 from typing import Any
 
 from highlander._core import etcd_commit as rules
@@ -238,7 +237,7 @@ def _settle(
     session = backend.session
     named = HolderValue.decode(fenced.value)
     assert named is not None  # ours
-    value = replace(named, since_ms=int(time.time() * 1000)).encode()
+    value = named._replace(since_ms=int(time.time() * 1000)).encode()
     try:
         moved = session.call(
             commit, session.client, backend.key, value, fenced, session.lease_kept().lease

@@ -334,15 +334,14 @@ def slow_after_move() -> None:
         return
     import importlib
 
-    import anyio
-
     module = importlib.import_module("highlander._shell.etcd_serving")
     moves = module.incumbent_moves
 
-    async def slow_moves(*args: Any, **kwargs: Any) -> Any:
-        then = await moves(*args, **kwargs)
+    async def slow_moves(client: Any, *args: Any, **kwargs: Any) -> Any:
+        then = await moves(client, *args, **kwargs)
         report(event="moved", then=str(then))
-        await anyio.sleep(float(how["delay"]))
+        # On the session's own loop (not anyio's): its sleep.
+        await client.runtime.sleep(float(how["delay"]))
         return then
 
     module.incumbent_moves = slow_moves
