@@ -54,6 +54,17 @@ def _nonce(direction: int, number: int) -> bytes:
     return struct.pack(">BxxxQ", direction, number)
 
 
+def load() -> None:
+    """Import what :func:`seal` and :func:`unseal` need (AES-GCM), ahead of the first chunk.
+
+    Each side calls it while it waits for the other (the newcomer after its
+    ``here``, the holder when it starts serving), so the import is not on
+    the conversation's path.
+    """
+    import cryptography.exceptions  # noqa: PLC0415 - the point is the import
+    import cryptography.hazmat.primitives.ciphers.aead  # noqa: F401, PLC0415
+
+
 def seal(key: bytes, direction: int, number: int, name: bytes, chunk: bytes) -> bytes:
     """``chunk`` encrypted and authenticated, bound to its key ``name``."""
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: PLC0415

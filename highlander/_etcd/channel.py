@@ -77,6 +77,10 @@ class Channel:
     def __repr__(self) -> str:
         return f"Channel({self.conversation.hex()}, side={self.side}, lease={self.lease})"
 
+    def keyed(self, channel_key: bytes) -> None:
+        """Seal this conversation under ``channel_key`` (see :func:`open_channel`)."""
+        self.key = sealing.conversation_key(channel_key, self.conversation)
+
     @property
     def _base(self) -> bytes:
         return conversations(self.root) + self.conversation.hex().encode() + b"/"
@@ -179,14 +183,17 @@ class Channel:
 
 
 async def open_channel(
-    client: Client, root: bytes, lease: int, channel_key: bytes, here: bytes = b""
+    client: Client, root: bytes, lease: int, channel_key: bytes | None, here: bytes = b""
 ) -> Channel:
     """A newcomer's new conversation with whoever holds the project at ``root``.
 
     ``here``: what the newcomer says of itself (its holder value, for the commit).
+    ``channel_key`` ``None``: the caller derives it once the ``here`` is
+    written, while the holder answers, and gives it to :meth:`Channel.keyed`
+    before the first chunk is sealed or opened.
     """
     conversation = os.urandom(sealing.CONVERSATION_ID_BYTES)
-    key = sealing.conversation_key(channel_key, conversation)
+    key = b"" if channel_key is None else sealing.conversation_key(channel_key, conversation)
     channel = Channel(client, root, conversation, sealing.NEWCOMER, lease, key, since=0)
     # Nothing of a new conversation exists before its announce: "from now" misses nothing.
     await channel.listen(0)

@@ -15,6 +15,7 @@ signal to another host).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -36,6 +37,7 @@ from highlander._host.record import HolderRecord
 from highlander._host.settings import Settings
 from highlander._host.waiting import Waiter
 from highlander._shell.client import Greeting, Silent
+from highlander._shell.etcd_key import ChannelKey
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
@@ -90,7 +92,7 @@ class EtcdBackend:
         #: The generation and handoff of a reign that sent us SAVED, while no
         #: conclusion settled it: a claim that begins the very next reign carries it.
         self.saved: tuple[int, dict[str, object] | None] | None = None
-        self._channel_key: bytes | None = None
+        self._key = ChannelKey(settings)
         #: Our place in the project's queue of newcomers (:mod:`highlander._etcd.queue`).
         self._turn: Turn | None = None
 
@@ -195,31 +197,35 @@ class EtcdBackend:
         opened = self.last = Opened(Held(kv.mod_revision, kv.lease, kv.value), holder, channel)
         self._opened[ours] = opened
         self.session.spawn(carry, channel, theirs)
+        # The holder is still answering our `here`: time to load the cipher its
+        # first chunk needs, instead of when it has come.
+        from highlander._core.sealing import load  # noqa: PLC0415
+
+        load()
         return ours
 
     def _open_channel(self, *, renew: bool) -> Channel:
         keeper = self.session.lease_kept(renew=renew)
         channel: Channel = self.session.call(
-            open_channel, self.session.client, self.root, keeper.lease,
-            self.channel_key(), self.me.encode(),
-        )  # fmt: skip
+            open_channel, self.session.client, self.root, keeper.lease, None, self.me.encode()
+        )
+        # Derived (cryptography's HKDF, imported the first time) while the holder
+        # reads our `here` and answers it, not before we have written it.
+        try:
+            channel.keyed(self.channel_key())
+        except BaseException:
+            with contextlib.suppress(Exception):  # its keys go with our lease otherwise
+                self.session.call(channel.close)
+            raise
         return channel
 
     def channel_key(self) -> bytes:
         """The key every conversation of this project is sealed under (token and project).
 
-        Derived once: every attempt and every served conversation uses it.
+        Derived once (:mod:`highlander._shell.etcd_key`): every attempt and
+        every served conversation uses it.
         """
-        if self._channel_key is None:
-            from highlander._core.sealing import channel_key  # noqa: PLC0415
-            from highlander._host.token import resolve_token  # noqa: PLC0415
-
-            settings = self.settings
-            token = resolve_token(
-                settings.token, runtime_dir=settings.paths.runtime_dir, env=settings.env
-            )
-            self._channel_key = channel_key(token.secret, settings.project_key())
-        return self._channel_key
+        return self._key.get()
 
     def place(self, settings: Settings) -> str:
         """See :meth:`Backend.place`: the cluster and the project id."""

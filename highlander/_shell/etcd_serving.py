@@ -42,6 +42,9 @@ async def keep_watch(backend: EtcdBackend, incumbent: Incumbent) -> None:
         lost.set()
 
     session.on_lost(on_lost)
+    from highlander._core.sealing import load  # noqa: PLC0415 - at serving's start, not a frame's
+
+    load()
     listener = incumbent.reign.listener.sock.getsockname()
     admitted = session.spawn(
         let_in, session, backend.root, held.token, backend.channel_key(), listener,
