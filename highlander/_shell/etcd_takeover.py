@@ -285,6 +285,11 @@ def _lease_left(backend: EtcdBackend, lease: int) -> tuple[int, int] | None:
     return api.remaining(answer)
 
 
+#: How long after a lease's expiry etcd may take to delete its keys: its lessor
+#: looks for expired leases every 500 ms, then commits their revoke through raft.
+EXPIRY_NOTICED = 1.0
+
+
 async def expires(backend: EtcdBackend, last: Opened, waiter: Waiter) -> bool:
     """Whether the silent reign's lease, unrenewed for a keepalive period, ran out.
 
@@ -301,7 +306,10 @@ async def expires(backend: EtcdBackend, last: Opened, waiter: Waiter) -> bool:
     left, ttl = remaining
     if left > ttl * (1 - 1 / KEEPALIVES_PER_TTL) - margin_for(ttl):
         return False  # renewed lately: alive somewhere, and hung
-    deadline = waiter.now() + max(left, 0) + 1.0  # etcd rounds to whole seconds
+    # etcd rounds the time left to whole seconds, and deletes an expired lease's
+    # keys only when its lessor next looks (every 500 ms) and the revoke is
+    # committed: waiting less made a dead holder's failover two TTLs (a fence).
+    deadline = waiter.now() + max(left, 0) + 1.0 + EXPIRY_NOTICED
     while waiter.now() < deadline:
         kv = backend.session.holder(backend.key)
         if kv is None or kv.lease != lease:
