@@ -10,6 +10,11 @@ from highlander._core.errors import ForeignHolderError
 from highlander._host.claim import Reign
 from highlander._host.modes import Mode
 
+# At import, and with it `socket` (2 ms): a claim binds a listener and a newcomer
+# dials, so most starts need it; a duplicate's verdict does not (docs/performance.md,
+# "Issue #16, closed": loading it here or in the claim moves 2 ms between benchmarks).
+from highlander._shell.dial import dial_early
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
     from highlander._host.settings import Settings
@@ -30,9 +35,6 @@ async def claim(
         return reign
     # Dial the holder before loading the conversation's code: it accepts and
     # derives its key while we import ours (the newcomer's first attempt).
-    # Imported here: socket costs 2 ms that a duplicate's verdict never needs.
-    from highlander._shell.dial import dial_early  # noqa: PLC0415 - contended only
-
     first = dial_early(settings, backend)
     from highlander._shell.newcomer import acquire  # noqa: PLC0415 - contended only
 
