@@ -196,8 +196,6 @@ class Client:
                 except _Retry as why:
                     last = f"{self.target.endpoints[index]}: {why}"
                     self._rotate(index)
-                if runtime.now() >= deadline:
-                    break
             else:
                 await runtime.sleep(min(ROUND_PAUSE, max(deadline - runtime.now(), 0.0)))
         raise EtcdUnavailableError(
