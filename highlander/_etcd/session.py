@@ -89,6 +89,10 @@ class HolderValue(Value):
     successions_ms: tuple[int, ...] = ()
     #: The TTL of the holder's lease (a fence waits it out before it acts).
     ttl: int = MIN_TTL
+    #: How long (ms) a newcomer gives this reign to begin from when it first sees
+    #: it: a successor or a fencer learns that it holds from etcd, after the
+    #: write landed, and not on the writer's clock (0: a claim, begun already).
+    settles_ms: int = 0
 
     def encode(self) -> bytes:
         """The holder key's value."""
@@ -112,6 +116,7 @@ class HolderValue(Value):
             value.generation,
             value.since_ms,
             value.ttl,
+            value.settles_ms,
         )
         if not all(isinstance(n, int) and not isinstance(n, bool) for n in numbers):
             return None

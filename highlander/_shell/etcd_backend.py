@@ -38,6 +38,7 @@ from highlander._host.settings import Settings
 from highlander._host.waiting import Waiter
 from highlander._shell.client import Greeting, Silent
 from highlander._shell.etcd_key import ChannelKey
+from highlander._shell.etcd_opened import Opened
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
@@ -46,17 +47,6 @@ if TYPE_CHECKING:
 
 #: How often a newcomer looks whether a holder busy handing over has gone.
 POLL = 0.05
-
-
-class Opened:
-    """One conversation a newcomer opened: with which reign, and its channel."""
-
-    __slots__ = ("channel", "holder", "incumbent")
-
-    def __init__(self, incumbent: Held, holder: HolderValue, channel: Channel) -> None:
-        self.incumbent = incumbent
-        self.holder = holder
-        self.channel = channel
 
 
 class EtcdBackend:
@@ -194,7 +184,11 @@ class EtcdBackend:
                 raise
             channel = self._open_channel(renew=True)  # our lease is gone: a new one
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        opened = self.last = Opened(Held(kv.mod_revision, kv.lease, kv.value), holder, channel)
+        last = self.last
+        same = last is not None and last.incumbent.token == kv.mod_revision
+        seen = last.seen if last is not None and same else time.monotonic()
+        held = Held(kv.mod_revision, kv.lease, kv.value)
+        opened = self.last = Opened(held, holder, channel, seen)
         self._opened[ours] = opened
         self.session.spawn(carry, channel, theirs)
         # The holder is still answering our `here`: time to load the cipher its
@@ -278,8 +272,7 @@ class EtcdBackend:
         last = self.last
         deadline = waiter.now() + within
         if last is not None:
-            begins = last.holder.since_ms / 1000 - time.time()
-            deadline = min(deadline, waiter.now() + max(begins, 0.0) + POLL)
+            deadline = min(deadline, waiter.now() + max(last.begins_in(), 0.0) + POLL)
         while waiter.now() < deadline:
             kv = self.session.holder(self.key)
             if last is None or kv is None or kv.mod_revision != last.incumbent.token:

@@ -15,6 +15,7 @@ import socket
 import time
 
 from highlander._core.etcd_commit import Then
+from highlander._core.settling import settles_ms
 from highlander._etcd.handover import incumbent_moves
 from highlander._etcd.holding import LeaseLock, let_in
 from highlander._etcd.session import HolderValue
@@ -74,11 +75,16 @@ async def commit(backend: EtcdBackend, incumbent: Incumbent, sock: socket.socket
     # exit deadline) and started serving (a HELLO's time): until then the key
     # names a process that cannot answer yet, and a third newcomer that meets
     # it waits (``EtcdBackend.silent``: Leaving) instead of fencing the state away.
+    # That moment is when the move lands, which may be long after now (a
+    # member slow to answer): a newcomer also counts the grace from when it
+    # first sees the moved key (``settles_ms``, :mod:`highlander._core.settling`).
     timeouts = incumbent.settings.timeouts
     begins = now + int((timeouts.exit_grace + timeouts.hello) * 1000)
+    settles = settles_ms(timeouts.exit_grace, timeouts.hello, successor.ttl)
     value = successor._replace(
-        generation=generation, since_ms=begins, successions_ms=tuple(history)
-    )
+        generation=generation, since_ms=begins, successions_ms=tuple(history),
+        settles_ms=settles,
+    )  # fmt: skip
     also = ((backend.counter, str(generation).encode()),)
     then = await incumbent.runtime.to_thread(
         session.call, incumbent_moves, session.client, backend.key, value.encode(), held,

@@ -3,8 +3,9 @@
 On one machine the kernel shows whether a silent holder is working
 (:mod:`highlander._shell.silent`: its CPU time, its run state).  Across hosts
 only etcd shows anything: whether the reign is still the one we opened to
-(the holder key), and whether it has begun (its ``since``: a successor or
-a fencer settling in names a moment ahead, and is waited for).  A holder on
+(the holder key), and whether it has begun (a successor or a fencer
+settling in is waited for: its ``since``, and its ``settles_ms`` from when we
+first saw it, :mod:`highlander._core.settling`).  A holder on
 another host that has begun and is silent gets one more connection per
 generation (``Unseen``), then counts as hung (a fence).
 
@@ -17,12 +18,11 @@ newcomers waited longer (30 over the wedge bound against 4; docs/reliability.md)
 
 from __future__ import annotations
 
-import time
-
 from highlander._core.findings import Changed, Leaving, Setback
 from highlander._host.identity import Expected
 from highlander._shell.client import Silent
-from highlander._shell.etcd_backend import EtcdBackend, Opened
+from highlander._shell.etcd_backend import EtcdBackend
+from highlander._shell.etcd_opened import Opened
 from highlander._shell.setbacks import HolderFresh, HolderMissed, HolderStarved, HolderUnseen
 
 
@@ -34,9 +34,8 @@ def silent(backend: EtcdBackend, greeting: Silent, connected_ms: int) -> Setback
     kv = backend.session.holder(backend.key)
     if kv is None or (kv.mod_revision, kv.lease) != (last.incumbent.token, last.incumbent.lease):
         return Changed()  # the reign we spoke to is over: the next attempt meets the new one
-    holder = last.holder
-    if holder.since_ms > int(time.time() * 1000):
-        return Leaving(holder.pid)  # a successor or a fencer settling in: it serves soon
+    if last.begins_in() > 0:
+        return Leaving(last.holder.pid)  # a successor or a fencer settling in: it serves soon
     return _unanswered(backend, last, greeting, connected_ms)
 
 

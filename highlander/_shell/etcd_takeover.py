@@ -31,6 +31,7 @@ from highlander._core.errors import EtcdError
 from highlander._core.etcd_commit import Key, Verdict
 from highlander._core.lease import KEEPALIVES_PER_TTL, margin_for
 from highlander._core.messages import AckSuccession, Saved
+from highlander._core.settling import settles_ms
 from highlander._etcd import api
 from highlander._etcd.claim import Held, commit, holder
 from highlander._etcd.handover import fence_out
@@ -40,7 +41,8 @@ from highlander._host.claim import Reign
 from highlander._host.event_log import Event, Outcome
 from highlander._host.waiting import Waiter
 from highlander._shell.client import Greeting
-from highlander._shell.etcd_backend import POLL, EtcdBackend, Opened
+from highlander._shell.etcd_backend import POLL, EtcdBackend
+from highlander._shell.etcd_opened import Opened
 from highlander._shell.handover import hear
 from highlander._shell.wire import send_message
 
@@ -183,7 +185,8 @@ async def fence(
     # Its reign begins once the wait is over: a newcomer that meets the key
     # meanwhile waits for it (``EtcdBackend.silent``) instead of fencing the fencer.
     begins = now + int(rules.fence_wait(ttl) * 1000)
-    value = backend.value(generation, begins, history).encode()
+    settles = settles_ms(rules.fence_wait(ttl), settings.timeouts.hello, session.ttl)
+    value = backend.value(generation, begins, history)._replace(settles_ms=settles).encode()
     also = ((backend.counter, str(generation).encode()),)
     try:
         found = session.call(
@@ -199,10 +202,12 @@ async def fence(
     else:
         if found is not Key.OURS:
             kv = None
-    if found is Key.OTHER:
+    if found is Key.OTHER or (saved and found is Key.THEIRS_INTACT):
         # "Someone else's" to the fence's lease; but the incumbent's own move puts
         # the key on our conversation's lease: it committed just now.  Then the
-        # handoff is the state, and the key is ours.
+        # handoff is the state, and the key is ours.  After SAVED, a fence etcd
+        # did not settle (a member slow to answer) may hide that move as well:
+        # look now, not at the next attempt (a third newcomer may fence us).
         committed = _committed(backend, opened)
         if committed is not None:
             with contextlib.suppress(EtcdError):

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from highlander._etcd.session import HolderValue, holder_key, project_root
+from highlander._host.identity import is_halted
 from scripts.chaos.etcd_schedule import MEMBER_FAULTS, child_params
 from scripts.chaos.log import EventTail
 from scripts.chaos.procs import Lab, Proc
@@ -115,6 +116,8 @@ class EtcdRunner(Runner):
         self.settler = settler
         #: Step index -> (how, the member) of the member fault that step made.
         self.member_faults: dict[int, tuple[str, Member]] = {}
+        #: Step index -> the newcomer whose ACK is to meet a stopped leader (not there yet).
+        self.at_commit: dict[int, Proc] = {}
         #: (began, ended, what) of every member fault (ended: INF-like -1 while on).
         self.fault_spans: list[tuple[int, int, str]] = []
         self.checks = Checks(lab.checks)
@@ -157,7 +160,27 @@ class EtcdRunner(Runner):
             return self.member_fault(step)
         if step.kind in ("etcd_restart", "etcd_resume"):
             return self.member_back(step.params["origin"])
+        if step.kind == "etcd_stop_at_commit":
+            proc = self.start(step.index, step.params)
+            self.at_commit[step.index] = proc
+            return f"started pid {proc.pid} (the leader stops at its ACK)"
         return super().act(step)
+
+    def meanwhile(self) -> bool:
+        """A newcomer of ``etcd_stop_at_commit`` stopped itself before its ACK: stop the
+        leader, then resume it, so the incumbent's move meets a cluster without a leader."""
+        for index, proc in list(self.at_commit.items()):
+            if proc.self_stop_ns is None or not is_halted(proc.pid):
+                continue  # not at its ACK yet, or said so but not stopped yet (SIGCONT first
+                # would leave it stopped for good)
+            del self.at_commit[index]
+            if not proc.stopped:
+                continue
+            fault = Step(index, "etcd_stop_leader", {"pick": 0.0}, 0.0, ())
+            note = self.member_fault(fault)
+            self.log.append((index, "etcd_stop_at_commit", note, time.monotonic_ns()))
+            self._signal(proc, signal.SIGCONT, counted="SIGCONT (newcomer at its ACK)")
+        return False
 
     def leader(self) -> Member | None:
         """The member that leads now, asked of the running members (``None``: no answer)."""

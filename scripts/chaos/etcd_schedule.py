@@ -10,7 +10,10 @@ SIGKILL and SIGSTOP of the holder (SIGCONT a few steps later, or never:
 the settling resumes it) and of newcomers in flight; holders that fork a
 worker and are then SIGKILLed; and the cluster's own faults: SIGKILL or
 SIGSTOP of the etcd leader or of a follower, restarted or resumed 1 to 4
-steps later (one member at a time, so the cluster keeps its quorum).
+steps later (one member at a time, so the cluster keeps its quorum); and the
+leader SIGSTOPped exactly when a newcomer sends its ACK (it stops itself
+there, the harness stops the leader and resumes it), so the incumbent's move
+lands late, after an election, and resumed a step later.
 
 Every start draws the simulated host of its child (``HIGHLANDER_HOST_ID``)
 from :data:`HOSTS`, a storm one host per newcomer: three successions in four
@@ -82,6 +85,7 @@ WEIGHTS: dict[str, float] = {
     "etcd_stop_leader": 1.5,
     "etcd_kill_follower": 1.5,
     "etcd_stop_follower": 1.5,
+    "etcd_stop_at_commit": 2,
 }
 
 
@@ -108,6 +112,12 @@ def _storm(rng: random.Random) -> dict[str, Any]:
     return {"count": STORM, **local._newcomer(rng), "hosts": hosts}
 
 
+def _stop_at_commit(rng: random.Random) -> dict[str, Any]:
+    """A newcomer that stops itself before its ACK, so the harness can stop the leader
+    exactly then: the incumbent's move lands only after an election (seed 27)."""
+    return {**local._newcomer(rng, before_ack={"stop": True, "once": True}), "after": 1}
+
+
 def _member_fault(rng: random.Random) -> dict[str, Any]:
     """``pick``: which follower (a fraction of the followers); ``after``: the undo's step."""
     return {"pick": round(rng.random(), 4), "after": rng.randint(1, 4)}
@@ -126,9 +136,10 @@ PARAMS: dict[str, Callable[[random.Random], dict[str, Any]]] = {
     "sigstop_newcomer": _LOCAL["sigstop_newcomer"],
     "storm": _storm,
     **dict.fromkeys(MEMBER_FAULTS, _member_fault),
+    "etcd_stop_at_commit": _on_a_host(_stop_at_commit),
 }
 #: What the etcd schedule is drawn from.
-TABLES = Tables(WEIGHTS, PARAMS, dict(MEMBER_FAULTS))
+TABLES = Tables(WEIGHTS, PARAMS, {**MEMBER_FAULTS, "etcd_stop_at_commit": "etcd_resume"})
 
 
 def make_etcd_schedule(seed: int, count: int) -> list[Step]:

@@ -87,7 +87,11 @@ class Runner:
             if step.index % 50 == 0 or step.index == len(schedule) - 1:
                 self.say(f"step {step.index}: {step.kind}: {note}")
             if step.index < len(schedule) - 1:
-                self.lab.wait_until(lambda: False, step.gap)
+                self.lab.wait_until(self.meanwhile, step.gap)
+
+    def meanwhile(self) -> bool:
+        """Called every 20 ms between steps, to act on what a child just said (never done)."""
+        return False
 
     def act(self, step: Step) -> str:
         """Do what ``step`` says; return what happened, in a few words."""

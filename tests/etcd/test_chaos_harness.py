@@ -6,17 +6,25 @@ down, the next member fault picked it as a follower, and its SIGSTOP raised
 The member's end is etcd's, not Highlander's; the harness now restarts it,
 reports it (a note with the member's last log line, a harness count) and
 goes on. Real cluster, real SIGKILL from outside the harness.
+
+And the fault that reproduces seed 27's lost handoff: the leader stopped
+exactly when a newcomer sends its ACK (``etcd_stop_at_commit``).
 """
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 from scripts.chaos.etcd_runner import EtcdRunner
+from scripts.chaos.etcd_schedule import _stop_at_commit
 from scripts.chaos.log import EventTail
 from scripts.chaos.procs import Lab
 from scripts.chaos.schedule import Step
 from tests.support.etcd_cluster import Cluster
+
+#: Hang guard (never a performance bound).
+SETTLE = 60.0
 
 
 def test_a_member_that_ended_by_itself_is_restarted_not_faulted(
@@ -38,5 +46,41 @@ def test_a_member_that_ended_by_itself_is_restarted_not_faulted(
         assert runner.harness["etcd member exited by itself, restarted"] == 1
         assert any(f"etcd {member.name} exited by itself" in note for note in runner.notes)
         assert runner.member_faults == {}  # no fault was made on top
+    finally:
+        lab.end_all()
+
+
+def test_the_leader_is_stopped_exactly_at_a_newcomers_ack_and_the_handoff_survives(
+    tmp_path: Path, faulty: Cluster
+) -> None:
+    # The fault of seed 27 (docs/reliability.md), made on purpose: the newcomer
+    # stops itself before its ACK, the harness stops the leader and resumes the
+    # newcomer, so the incumbent's move meets a cluster without a leader.
+    (tmp_path / "lab").mkdir()
+    lab = Lab(tmp_path / "lab")
+    try:
+        env = {
+            "HIGHLANDER_BACKEND": faulty.backend,
+            "HIGHLANDER_PROJECT_ID": f"harness/{tmp_path.name}",
+            "HIGHLANDER_ETCD_TTL": "3",
+        }
+        tail = EventTail(str(tmp_path / "events.jsonl"))
+        runner = EtcdRunner(lab, tail, lambda _: None, faulty, env, "h0")
+        holder = runner.start(0, {"save": "normal", "steps": 1, "host": "h1"})
+        assert lab.wait_until(lambda: holder.ready is not None, SETTLE), "no holder"
+        step = Step(1, "etcd_stop_at_commit", _stop_at_commit(random.Random(27)))
+        said = runner.act(step)
+        newcomer = runner.at_commit[1]
+        assert said == f"started pid {newcomer.pid} (the leader stops at its ACK)"
+        assert lab.wait_until(lambda: runner.meanwhile() or 1 in runner.member_faults, SETTLE)
+        how, member = runner.member_faults[1]
+        assert how == "stop" and member.pid in faulty.stopped  # the leader, at the ACK
+        assert not newcomer.stopped  # resumed at once: its ACK meets the stopped leader
+        assert lab.wait_until(lambda: newcomer.ready is not None, SETTLE), "it never held"
+        assert newcomer.ready is not None
+        assert newcomer.ready["outcome"] == "succeeded", newcomer.ready
+        assert newcomer.ready["handoff"] is not None
+        runner.member_back(1)  # the schedule's follow-up
+        assert member.pid not in faulty.stopped
     finally:
         lab.end_all()

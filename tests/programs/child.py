@@ -21,6 +21,8 @@ import sys
 import time
 from typing import Any
 
+import etcd_faults  # beside this script (its directory is sys.path[0])
+
 from highlander import Highlander, Progress, Timeouts
 
 cfg: dict[str, Any] = json.loads(os.environ["HL_CHILD"])
@@ -326,27 +328,6 @@ def pause_before_ack() -> None:
         etcd.conclude = slow_conclude
 
 
-def slow_after_move() -> None:
-    """As an etcd incumbent, learn late that its move applied: ``{"delay": s}`` after
-    etcd's answer (a loaded host, or a member slow to answer), the lease kept alive."""
-    how = cfg.get("after_move")
-    if not how or not os.environ.get("HIGHLANDER_BACKEND", "").startswith("etcd"):
-        return
-    import importlib
-
-    module = importlib.import_module("highlander._shell.etcd_serving")
-    moves = module.incumbent_moves
-
-    async def slow_moves(client: Any, *args: Any, **kwargs: Any) -> Any:
-        then = await moves(client, *args, **kwargs)
-        report(event="moved", then=str(then))
-        # On the session's own loop (not anyio's): its sleep.
-        await client.runtime.sleep(float(how["delay"]))
-        return then
-
-    module.incumbent_moves = slow_moves
-
-
 def reign(hl: Highlander) -> None:
     state["counter"] = (hl.handoff or {}).get("counter", 0) + 1
     current["generation"] = hl.generation
@@ -413,7 +394,7 @@ def report_error(exc: BaseException) -> None:
 def main() -> None:
     mirror_events()
     pause_before_ack()
-    slow_after_move()
+    etcd_faults.install(cfg, report)
     apply_limits_and_faults()
     if cfg.get("async"):
         import anyio

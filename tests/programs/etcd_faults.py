@@ -1,0 +1,55 @@
+"""Faults of the etcd backend that ``child.py`` installs in itself when its configuration asks.
+
+Each delays one step of our own code, the way a loaded host or a member slow
+to answer would, while the session's lease stays renewed (the keeper runs on
+the session's own loop thread): nothing of etcd or the kernel is replaced.
+
+* ``after_move`` ``{"delay": s}``: as an incumbent, learn ``s`` late that its
+  move applied;
+* ``slow_begin`` ``{"delay": s}``: as a successor, begin ``s`` after it learned
+  that the move applied (its requests to etcd slow; seed 27 of
+  ``make chaos-etcd``, docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from typing import Any
+
+
+def install(cfg: dict[str, Any], report: Callable[..., None]) -> None:
+    """Install what ``cfg`` asks for (nothing unless the backend is etcd)."""
+    if not os.environ.get("HIGHLANDER_BACKEND", "").startswith("etcd"):
+        return
+    if cfg.get("after_move"):
+        _slow_after_move(float(cfg["after_move"]["delay"]), report)
+    if cfg.get("slow_begin"):
+        _slow_begin(float(cfg["slow_begin"]["delay"]), report)
+
+
+def _slow_after_move(delay: float, report: Callable[..., None]) -> None:
+    module = importlib.import_module("highlander._shell.etcd_serving")
+    moves = module.incumbent_moves
+
+    async def slow_moves(client: Any, *args: Any, **kwargs: Any) -> Any:
+        then = await moves(client, *args, **kwargs)
+        report(event="moved", then=str(then))
+        # On the session's own loop (not anyio's): its sleep.
+        await client.runtime.sleep(delay)
+        return then
+
+    module.incumbent_moves = slow_moves
+
+
+def _slow_begin(delay: float, report: Callable[..., None]) -> None:
+    module = importlib.import_module("highlander._shell.etcd_takeover")
+    outlast = module.outlast
+
+    async def slow_outlast(backend: Any, opened: Any, waiter: Any) -> None:
+        await outlast(backend, opened, waiter)
+        report(event="move_seen")
+        await waiter.sleep(delay)  # the conversation's waiter: the keeper renews meanwhile
+
+    module.outlast = slow_outlast
