@@ -10,12 +10,18 @@ random id), so a nonce is just the direction and the chunk's number, never
 repeated under one key.  The key name is bound in as associated data: a chunk
 moved to another conversation, direction or position does not open.
 
-Pure code: cryptography's AES-GCM and HKDF, imported when first used.
+Pure code: cryptography's AES-GCM, imported when first used; HKDF by the stdlib's HMAC.
 """
 
 from __future__ import annotations
 
 import struct
+
+from highlander._core.signing import hmac_sha256
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
 
 KEY_BYTES = 32
 CONVERSATION_ID_BYTES = 16
@@ -23,6 +29,8 @@ CHANNEL_INFO = b"highlander/etcd-channel/v1"
 SUBKEY_INFO = b"highlander/etcd-conversation/v1"
 #: Direction bytes of the nonce: what the newcomer writes, what the incumbent writes.
 NEWCOMER, INCUMBENT = 1, 2
+#: cryptography's AES-GCM class, once :func:`aes_gcm` loaded it.
+_AESGCM: Any = None
 
 
 class Unsealable(ValueError):  # noqa: N818 - names what arrived, like ValueError's kin
@@ -30,10 +38,16 @@ class Unsealable(ValueError):  # noqa: N818 - names what arrived, like ValueErro
 
 
 def _hkdf(secret: bytes, salt: bytes, info: bytes) -> bytes:
-    from cryptography.hazmat.primitives import hashes  # noqa: PLC0415 - lazy by design
-    from cryptography.hazmat.primitives.kdf.hkdf import HKDF  # noqa: PLC0415
+    """HKDF-SHA256 (RFC 5869) of one block: what cryptography's ``HKDF`` derives.
 
-    return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=salt, info=info).derive(secret)
+    By the interpreter's HMAC (:func:`~highlander._core.signing.hmac_sha256`):
+    cryptography's HKDF needs its ``hashes`` module, whose import (with
+    ``typing`` and ``cryptography.utils``) cost a newcomer ~10 ms while the
+    holder's HELLO waited (docs/performance.md).  ``tests/core/test_sealing.py``
+    checks it against cryptography's.
+    """
+    prk = hmac_sha256(salt, secret)  # extract (an empty salt is HashLen zeros in HMAC)
+    return hmac_sha256(prk, info + b"\x01")  # expand: one block is KEY_BYTES
 
 
 def channel_key(token: bytes, project_key: bytes) -> bytes:
@@ -54,6 +68,27 @@ def _nonce(direction: int, number: int) -> bytes:
     return struct.pack(">BxxxQ", direction, number)
 
 
+def aes_gcm() -> Any:
+    """The AES-GCM class of cryptography (loaded once).
+
+    The class the public ``cryptography.hazmat.primitives.ciphers.aead``
+    names is the Rust binding's own; importing it from there first imports
+    ``cryptography.utils`` and ``typing`` (18 against 5 ms here).  A release
+    that moves it leaves the public module, which serves then.
+    """
+    global _AESGCM  # noqa: PLW0603 - a cache of one class
+    if _AESGCM is None:
+        try:
+            from cryptography.hazmat.bindings._rust import openssl  # noqa: PLC0415
+
+            _AESGCM = openssl.aead.AESGCM
+        except (ImportError, AttributeError):  # pragma: no cover - another cryptography
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: PLC0415
+
+            _AESGCM = AESGCM
+    return _AESGCM
+
+
 def load() -> None:
     """Import what :func:`seal` and :func:`unseal` need (AES-GCM), ahead of the first chunk.
 
@@ -61,23 +96,24 @@ def load() -> None:
     ``here``, the holder when it starts serving), so the import is not on
     the conversation's path.
     """
-    import cryptography.exceptions  # noqa: PLC0415 - the point is the import
-    import cryptography.hazmat.primitives.ciphers.aead  # noqa: F401, PLC0415
+    aes_gcm()
 
 
 def seal(key: bytes, direction: int, number: int, name: bytes, chunk: bytes) -> bytes:
     """``chunk`` encrypted and authenticated, bound to its key ``name``."""
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: PLC0415
-
-    return AESGCM(key).encrypt(_nonce(direction, number), chunk, name)
+    sealed: bytes = aes_gcm()(key).encrypt(_nonce(direction, number), chunk, name)
+    return sealed
 
 
 def unseal(key: bytes, direction: int, number: int, name: bytes, sealed: bytes) -> bytes:
     """The chunk :func:`seal` sealed; :class:`Unsealable` if it does not open."""
-    from cryptography.exceptions import InvalidTag  # noqa: PLC0415
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: PLC0415
-
     try:
-        return AESGCM(key).decrypt(_nonce(direction, number), sealed, name)
-    except InvalidTag as exc:
-        raise Unsealable(f"chunk {number} of {name!r} does not open under this key") from exc
+        opened: bytes = aes_gcm()(key).decrypt(_nonce(direction, number), sealed, name)
+    except Exception as exc:
+        # cryptography.exceptions (with typing) only when a chunk does not open.
+        from cryptography.exceptions import InvalidTag  # noqa: PLC0415
+
+        if isinstance(exc, InvalidTag):
+            raise Unsealable(f"chunk {number} of {name!r} does not open under this key") from exc
+        raise
+    return opened

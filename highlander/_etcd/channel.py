@@ -3,8 +3,8 @@
 The protocol core speaks in frames over a byte stream; over etcd the stream
 is a run of keys.  Under a project's root ``R``, a newcomer opens
 conversation ``C`` (16 random bytes) by writing ``R/conv/C/n/here`` on its
-lease; the holder, which watches ``R/conv/``, answers with ``R/conv/C/i/here``
-on its own.  Each side then writes its bytes as ``R/conv/C/<side>/<number>``
+lease; the holder, which watches ``R/conv/``, answers with its first chunk
+(HELLO) on its own.  Each side writes its bytes as ``R/conv/C/<side>/<number>``
 (sealed: :mod:`highlander._core.sealing`) and reads the other side's with a
 watch from the revision it started at, so nothing written before the watch
 opened is missed.  A side ends its stream with ``.../fin``; a side that dies
@@ -121,7 +121,7 @@ class Channel:
         return self._base + _SIDES[self._other] + b"/"
 
     async def announce(self, here: bytes = b"") -> None:
-        """Say this side is here (the newcomer's open, with ``here``: who it is; the answer)."""
+        """Say this side is here (the newcomer's open, with ``here``: who it is)."""
         revision = await self._put(self._name(self.side, HERE), here)
         if self.side == sealing.NEWCOMER:
             self.since = revision

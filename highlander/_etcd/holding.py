@@ -133,10 +133,12 @@ async def _carry(
         end.close()
         return
     try:
-        await channel.listen(channel.since + 1)  # before our answer: its reply comes at once
-        await channel.announce()
+        # Before our answer (the HELLO the incumbent writes at its accept): the
+        # newcomer's reply reaches us at once.  No ``here`` of ours first: the
+        # newcomer reads nothing in it, and it would put a round trip before HELLO.
+        await channel.listen(channel.since + 1)
         await carry(channel, end)
     finally:
-        await channel.close()  # if the announce failed, the watch listen() opened
+        await channel.close()  # if the bridge never began, the watch listen() opened
         peers.pop(name, None)
         end.close()

@@ -18,12 +18,10 @@ one elsewhere knows it cannot.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from highlander._core.errors import ConfigurationError
 from highlander._core.lease import MIN_TTL
@@ -34,8 +32,13 @@ from highlander._etcd.client import Client
 from highlander._etcd.endpoints import Target
 from highlander._etcd.keeper import Keeper, grant
 from highlander._etcd.loop_thread import LoopThread, Spawned
+from highlander._host.app_name import sha256_digest  # built in: no OpenSSL before `here`
 from highlander._host.identity import boot_id, own_identity
 from highlander._host.log import warn_once
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
 
 HOST_VAR = "HIGHLANDER_HOST_ID"
 PREFIX_VAR = "HIGHLANDER_ETCD_PREFIX"
@@ -58,7 +61,7 @@ def project_root(project_id: str, environ: Mapping[str, str]) -> bytes:
     prefix = environ.get(PREFIX_VAR, "") or DEFAULT_PREFIX
     if not prefix.startswith("/") or not prefix.endswith("/"):
         raise ConfigurationError(f"{PREFIX_VAR}={prefix!r}: write it as /name/ (slashes around)")
-    digest = hashlib.sha256(project_id.encode("utf-8")).hexdigest()
+    digest = sha256_digest(project_id.encode("utf-8")).hex()
     return f"{prefix}{digest}/".encode()
 
 

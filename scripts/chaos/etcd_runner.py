@@ -118,6 +118,8 @@ class EtcdRunner(Runner):
         self.member_faults: dict[int, tuple[str, Member]] = {}
         #: Step index -> the newcomer whose ACK is to meet a stopped leader (not there yet).
         self.at_commit: dict[int, Proc] = {}
+        #: Step index -> when (monotonic) the leader it stopped at an ACK is resumed.
+        self.thaw_at: dict[int, float] = {}
         #: (began, ended, what) of every member fault (ended: INF-like -1 while on).
         self.fault_spans: list[tuple[int, int, str]] = []
         self.checks = Checks(lab.checks)
@@ -168,7 +170,14 @@ class EtcdRunner(Runner):
 
     def meanwhile(self) -> bool:
         """A newcomer of ``etcd_stop_at_commit`` stopped itself before its ACK: stop the
-        leader, then resume it, so the incumbent's move meets a cluster without a leader."""
+        leader, then resume it, so the incumbent's move meets a cluster without a leader;
+        the leader is resumed ``freeze_s`` later."""
+        now = time.monotonic()
+        for index, due in list(self.thaw_at.items()):
+            if now >= due:
+                del self.thaw_at[index]
+                note = self.member_back(index)
+                self.log.append((index, "etcd_stop_at_commit", note, time.monotonic_ns()))
         for index, proc in list(self.at_commit.items()):
             if proc.self_stop_ns is None or not is_halted(proc.pid):
                 continue  # not at its ACK yet, or said so but not stopped yet (SIGCONT first
@@ -178,6 +187,10 @@ class EtcdRunner(Runner):
                 continue
             fault = Step(index, "etcd_stop_leader", {"pick": 0.0}, 0.0, ())
             note = self.member_fault(fault)
+            if index in self.member_faults:
+                self.thaw_at[index] = time.monotonic() + float(
+                    (proc.cfg or {}).get("freeze_s", 2.0)
+                )
             self.log.append((index, "etcd_stop_at_commit", note, time.monotonic_ns()))
             self._signal(proc, signal.SIGCONT, counted="SIGCONT (newcomer at its ACK)")
         return False

@@ -13,7 +13,7 @@ SIGSTOP of the etcd leader or of a follower, restarted or resumed 1 to 4
 steps later (one member at a time, so the cluster keeps its quorum); and the
 leader SIGSTOPped exactly when a newcomer sends its ACK (it stops itself
 there, the harness stops the leader and resumes it), so the incumbent's move
-lands late, after an election, and resumed a step later.
+lands late, after an election; the leader is resumed 1 to 4 s later.
 
 Every start draws the simulated host of its child (``HIGHLANDER_HOST_ID``)
 from :data:`HOSTS`, a storm one host per newcomer: three successions in four
@@ -114,8 +114,13 @@ def _storm(rng: random.Random) -> dict[str, Any]:
 
 def _stop_at_commit(rng: random.Random) -> dict[str, Any]:
     """A newcomer that stops itself before its ACK, so the harness can stop the leader
-    exactly then: the incumbent's move lands only after an election (seed 27)."""
-    return {**local._newcomer(rng, before_ack={"stop": True, "once": True}), "after": 1}
+    exactly then: the incumbent's move lands only after an election (seed 27).
+
+    ``freeze_s``: how long the leader stays stopped, counted by the harness from
+    the stop (not a step: the newcomer may reach its ACK steps later, or never).
+    """
+    freeze = round(rng.uniform(1.0, 4.0), 2)
+    return local._newcomer(rng, before_ack={"stop": True, "once": True}, freeze_s=freeze)
 
 
 def _member_fault(rng: random.Random) -> dict[str, Any]:
@@ -139,7 +144,7 @@ PARAMS: dict[str, Callable[[random.Random], dict[str, Any]]] = {
     "etcd_stop_at_commit": _on_a_host(_stop_at_commit),
 }
 #: What the etcd schedule is drawn from.
-TABLES = Tables(WEIGHTS, PARAMS, {**MEMBER_FAULTS, "etcd_stop_at_commit": "etcd_resume"})
+TABLES = Tables(WEIGHTS, PARAMS, dict(MEMBER_FAULTS))
 
 
 def make_etcd_schedule(seed: int, count: int) -> list[Step]:

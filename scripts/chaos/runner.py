@@ -251,7 +251,7 @@ class Runner:
     ) -> Proc:
         lab = self.lab
         running = lambda: sum(not p.stopped for p in lab.live_children())  # noqa: E731
-        if wait and not lab.wait_until(lambda: running() < MAX_LIVE, 10.0):
+        if wait and not lab.wait_until(lambda: self.meanwhile() or running() < MAX_LIVE, 10.0):
             self.notes.append(f"step {index}: {MAX_LIVE} processes still running after 10 s")
         return lab.start_child(index, child_config(params, lab.files()), **(env or {}))
 

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from highlander._core import sealing
 from highlander._core.signing import derive_key
@@ -96,3 +100,40 @@ def test_the_last_chunk_number_still_seals() -> None:
     assert sealing.seal(_key(), sealing.NEWCOMER, 0, NAME, b"x") != sealing.seal(
         _key(), sealing.INCUMBENT, 0, NAME, b"x"
     )
+
+
+@settings(max_examples=200, deadline=None)
+@given(secret=st.binary(max_size=64), salt=st.binary(max_size=64), info=st.binary(max_size=64))
+def test_the_key_derivation_is_cryptographys_hkdf_sha256(
+    secret: bytes, salt: bytes, info: bytes
+) -> None:
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    theirs = HKDF(algorithm=hashes.SHA256(), length=32, salt=salt, info=info).derive(secret)
+    assert sealing._hkdf(secret, salt, info) == theirs
+
+
+def test_the_cipher_is_the_class_cryptography_publishes() -> None:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    assert sealing.aes_gcm() is AESGCM
+
+
+def test_sealing_loads_neither_typing_nor_cryptographys_python_helpers() -> None:
+    # The newcomer derives its key and loads the cipher while the holder's HELLO
+    # travels: ~10 ms of imports there delayed the HELLO's delivery (#15).
+    program = (
+        "import sys\n"
+        "from highlander._core import sealing\n"
+        "key = sealing.conversation_key(sealing.channel_key(b't', b'p'), bytes(16))\n"
+        "sealing.load()\n"
+        "sealed = sealing.seal(key, 1, 0, b'n', b'x')\n"
+        "assert sealing.unseal(key, 1, 0, b'n', sealed) == b'x'\n"
+        "print(sorted(m for m in ('typing', 'cryptography.utils', 'cryptography.exceptions')"
+        " if m in sys.modules))\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert ran.stdout.strip() == "[]", ran.stdout + ran.stderr

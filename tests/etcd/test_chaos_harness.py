@@ -80,7 +80,8 @@ def test_the_leader_is_stopped_exactly_at_a_newcomers_ack_and_the_handoff_surviv
         assert newcomer.ready is not None
         assert newcomer.ready["outcome"] == "succeeded", newcomer.ready
         assert newcomer.ready["handoff"] is not None
-        runner.member_back(1)  # the schedule's follow-up
+        # Resumed by the harness itself, freeze_s after the stop (not by a step).
+        assert lab.wait_until(lambda: runner.meanwhile() or 1 not in runner.member_faults, SETTLE)
         assert member.pid not in faulty.stopped
     finally:
         lab.end_all()

@@ -18,7 +18,7 @@ import anyio
 import anyio.abc
 import pytest
 
-from highlander._etcd.http import Pool, TransportError
+from highlander._etcd.http import Pool, TransportError, split_url
 
 pytestmark = pytest.mark.anyio
 
@@ -259,3 +259,21 @@ async def test_a_tls_handshake_cut_short_leaves_no_descriptor() -> None:
         await pool.aclose()
         assert server.accepted == 3
     assert _fds() == before
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:2379/v3/kv/txn",
+        "https://Etcd-1.Example.COM:2379/v3/watch",
+        "http://[::1]:2379/v3/lease/grant",
+        "http://[FE80::1]:32379",
+        "https://h1/v3/kv/range",
+    ],
+)
+def test_the_urls_are_split_as_urlsplit_splits_them(url: str) -> None:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    expected = (parts.scheme, parts.netloc, parts.hostname, parts.port or 0, parts.path or "/")
+    assert split_url(url) == expected
