@@ -27,19 +27,25 @@ TIMEOUTS = {"hello": 0.3, "stall": 0.6, "ceiling": 2.0, "exit_grace": 1.0, "term
 
 
 def _threads(pid: int) -> list[int]:
-    return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+    try:
+        return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+    except FileNotFoundError:  # the process ended meanwhile
+        return []
 
 
 def _starve(pid: int, cpu: int) -> None:
     for tid in _threads(pid):
-        os.sched_setaffinity(tid, {cpu})
-        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+        # A thread may end between the listing and the call (CI, 2026-12-03): gone is fine.
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(tid, {cpu})
+            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
 
 
 def _feed(pid: int) -> None:
     for tid in _threads(pid):
-        os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
-        os.sched_setaffinity(tid, os.sched_getaffinity(0))
+        with contextlib.suppress(ProcessLookupError):  # ended meanwhile (see _starve)
+            os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+            os.sched_setaffinity(tid, os.sched_getaffinity(0))
 
 
 @contextlib.contextmanager
