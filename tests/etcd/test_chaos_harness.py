@@ -13,7 +13,9 @@ exactly when a newcomer sends its ACK (``etcd_stop_at_commit``).
 
 from __future__ import annotations
 
+import contextlib
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 from scripts.chaos.etcd_runner import EtcdRunner
@@ -27,15 +29,23 @@ from tests.support.etcd_cluster import Cluster
 SETTLE = 60.0
 
 
-def test_a_member_that_ended_by_itself_is_restarted_not_faulted(
-    tmp_path: Path, faulty: Cluster
-) -> None:
+@contextlib.contextmanager
+def _runner(tmp_path: Path, cluster: Cluster, **env: str) -> Iterator[tuple[Lab, EtcdRunner]]:
+    """A lab and an etcd runner on ``cluster``; every process it started is ended after."""
     (tmp_path / "lab").mkdir()
     lab = Lab(tmp_path / "lab")
     try:
-        env = {"HIGHLANDER_BACKEND": faulty.backend, "HIGHLANDER_PROJECT_ID": "harness/test"}
+        full = {"HIGHLANDER_BACKEND": cluster.backend, **env}
         tail = EventTail(str(tmp_path / "events.jsonl"))
-        runner = EtcdRunner(lab, tail, lambda _: None, faulty, env, "h0")
+        yield lab, EtcdRunner(lab, tail, lambda _: None, cluster, full, "h0")
+    finally:
+        lab.end_all()
+
+
+def test_a_member_that_ended_by_itself_is_restarted_not_faulted(
+    tmp_path: Path, faulty: Cluster
+) -> None:
+    with _runner(tmp_path, faulty, HIGHLANDER_PROJECT_ID="harness/test") as (_, runner):
         member = faulty.members[1]
         assert member.process is not None
         member.process.kill()  # etcd's own end, as far as the harness knows
@@ -46,8 +56,6 @@ def test_a_member_that_ended_by_itself_is_restarted_not_faulted(
         assert runner.harness["etcd member exited by itself, restarted"] == 1
         assert any(f"etcd {member.name} exited by itself" in note for note in runner.notes)
         assert runner.member_faults == {}  # no fault was made on top
-    finally:
-        lab.end_all()
 
 
 def test_the_leader_is_stopped_exactly_at_a_newcomers_ack_and_the_handoff_survives(
@@ -56,16 +64,8 @@ def test_the_leader_is_stopped_exactly_at_a_newcomers_ack_and_the_handoff_surviv
     # The fault of seed 27 (docs/reliability.md), made on purpose: the newcomer
     # stops itself before its ACK, the harness stops the leader and resumes the
     # newcomer, so the incumbent's move meets a cluster without a leader.
-    (tmp_path / "lab").mkdir()
-    lab = Lab(tmp_path / "lab")
-    try:
-        env = {
-            "HIGHLANDER_BACKEND": faulty.backend,
-            "HIGHLANDER_PROJECT_ID": f"harness/{tmp_path.name}",
-            "HIGHLANDER_ETCD_TTL": "3",
-        }
-        tail = EventTail(str(tmp_path / "events.jsonl"))
-        runner = EtcdRunner(lab, tail, lambda _: None, faulty, env, "h0")
+    env = {"HIGHLANDER_PROJECT_ID": f"harness/{tmp_path.name}", "HIGHLANDER_ETCD_TTL": "3"}
+    with _runner(tmp_path, faulty, **env) as (lab, runner):
         holder = runner.start(0, {"save": "normal", "steps": 1, "host": "h1"})
         assert lab.wait_until(lambda: holder.ready is not None, SETTLE), "no holder"
         step = Step(1, "etcd_stop_at_commit", _stop_at_commit(random.Random(27)))
@@ -83,5 +83,3 @@ def test_the_leader_is_stopped_exactly_at_a_newcomers_ack_and_the_handoff_surviv
         # Resumed by the harness itself, freeze_s after the stop (not by a step).
         assert lab.wait_until(lambda: runner.meanwhile() or 1 not in runner.member_faults, SETTLE)
         assert member.pid not in faulty.stopped
-    finally:
-        lab.end_all()
