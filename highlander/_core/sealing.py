@@ -10,14 +10,15 @@ random id), so a nonce is just the direction and the chunk's number, never
 repeated under one key.  The key name is bound in as associated data: a chunk
 moved to another conversation, direction or position does not open.
 
-Pure code: cryptography's AES-GCM, imported when first used; HKDF by the stdlib's HMAC.
+Pure code: cryptography's AES-GCM, imported when first used; the keys by
+:func:`~highlander._core.signing.hkdf_sha256` (the stdlib's HMAC).
 """
 
 from __future__ import annotations
 
 import struct
 
-from highlander._core.signing import hmac_sha256
+from highlander._core.signing import hkdf_sha256
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
@@ -37,29 +38,16 @@ class Unsealable(ValueError):  # noqa: N818 - names what arrived, like ValueErro
     """A chunk that does not open: another key, tampered, or moved."""
 
 
-def _hkdf(secret: bytes, salt: bytes, info: bytes) -> bytes:
-    """HKDF-SHA256 (RFC 5869) of one block: what cryptography's ``HKDF`` derives.
-
-    By the interpreter's HMAC (:func:`~highlander._core.signing.hmac_sha256`):
-    cryptography's HKDF needs its ``hashes`` module, whose import (with
-    ``typing`` and ``cryptography.utils``) cost a newcomer ~10 ms while the
-    holder's HELLO waited (docs/performance.md).  ``tests/core/test_sealing.py``
-    checks it against cryptography's.
-    """
-    prk = hmac_sha256(salt, secret)  # extract (an empty salt is HashLen zeros in HMAC)
-    return hmac_sha256(prk, info + b"\x01")  # expand: one block is KEY_BYTES
-
-
 def channel_key(token: bytes, project_key: bytes) -> bytes:
     """The project's sealing key: HKDF-SHA256(token, salt=project_key, info=CHANNEL_INFO)."""
-    return _hkdf(token, project_key, CHANNEL_INFO)
+    return hkdf_sha256(token, project_key, CHANNEL_INFO)
 
 
 def conversation_key(channel: bytes, conversation_id: bytes) -> bytes:
     """One conversation's subkey, salted with its random id."""
     if len(conversation_id) != CONVERSATION_ID_BYTES:
         raise ValueError(f"a conversation id is {CONVERSATION_ID_BYTES} bytes")
-    return _hkdf(channel, conversation_id, SUBKEY_INFO)
+    return hkdf_sha256(channel, conversation_id, SUBKEY_INFO)
 
 
 def _nonce(direction: int, number: int) -> bytes:

@@ -7,13 +7,16 @@ the protocol version, the direction, both session nonces, the frame's
 sequence number and the payload bytes (layout in :func:`mac_input` and
 docs/protocol.md).  Verification is constant-time.
 
-Pure code.  ``cryptography`` is imported only to derive a key (its HKDF,
-as the design prescribes), which a conversation skips when the runtime
-directory's key cache has the key (:mod:`highlander._host.key_cache`).
-The MAC is OpenSSL's HMAC through the interpreter's own binding
-(:func:`hmac_sha256`): loading it costs about 2.5 ms where cryptography
-costs about 10, so a conversation with a cached key never loads
-cryptography at all.
+Pure code, and no ``cryptography``: the MAC and the HKDF (RFC 5869, which
+is two HMACs for one 32-byte block) are OpenSSL's HMAC through the
+interpreter's own binding (:func:`hmac_sha256`).  DESIGN.md names
+cryptography's HKDF; the key is the same HKDF-SHA256, byte for byte
+(``tests/core/test_signing.py`` checks :func:`hkdf_sha256` against
+cryptography's ``HKDF`` over generated inputs), but a newcomer no longer
+imports cryptography's ``hashes`` (with ``typing`` and ``cryptography.utils``,
+5-10 ms) to compute it: on etcd that import sat between the holder's HELLO
+and our SAVE (docs/performance.md).  cryptography stays what only it gives
+here: AES-GCM (:mod:`highlander._core.sealing`).
 """
 
 from __future__ import annotations
@@ -49,14 +52,24 @@ class Direction(enum.IntEnum):
 def derive_key(token: bytes, project_key: bytes) -> bytes:
     """Derive the per-project HMAC key from the shared token.
 
+    ``HKDF-SHA256(token, salt=project_key, info=HKDF_INFO)``, 32 bytes.
     ``project_key`` is the SHA-256 of the canonical project path (see
     :func:`highlander._host.rendezvous.project_key`).
     """
-    from cryptography.hazmat.primitives import hashes  # noqa: PLC0415 - lazy by design
-    from cryptography.hazmat.primitives.kdf.hkdf import HKDF  # noqa: PLC0415
+    return hkdf_sha256(token, project_key, HKDF_INFO)
 
-    hkdf = HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=project_key, info=HKDF_INFO)
-    return hkdf.derive(token)
+
+def hkdf_sha256(secret: bytes, salt: bytes, info: bytes) -> bytes:
+    """HKDF-SHA256 (RFC 5869) of ``secret``, one 32-byte block.
+
+    The same bytes as cryptography's ``HKDF`` with ``length=32``.
+
+    Extract, ``PRK = HMAC(salt, secret)`` (an empty salt is HashLen zeros
+    inside HMAC, as the RFC says), then expand one block,
+    ``T(1) = HMAC(PRK, info | 0x01)``: 32 bytes is one SHA-256 output.
+    """
+    prk = hmac_sha256(salt, secret)
+    return hmac_sha256(prk, info + b"\x01")
 
 
 def mac_input(

@@ -183,23 +183,30 @@ class Client:
         are not idempotent read back (see ``api.put_if_absent``).
         """
         budget = self.budget if budget is None else budget
-        last = "no member was tried"
+        # Each member's latest failure, for the error: a request the budget's
+        # end cut short says only "timed out" and must not hide what the same
+        # member said before (CERTIFICATE_VERIFY_FAILED names the fix).
+        failures: dict[str, str] = {}
         runtime = self.runtime
         deadline = runtime.now() + budget
         while runtime.now() < deadline:
             for _ in self.target.endpoints:
                 index = self._current
+                endpoint = self.target.endpoints[index]
                 try:
                     return await self._once(index, path, body, timeout or self.timeout, deadline)
                 except _Spent:
                     break
                 except _Retry as why:
-                    last = f"{self.target.endpoints[index]}: {why}"
+                    if runtime.now() < deadline or endpoint not in failures:
+                        failures[endpoint] = str(why)
                     self._rotate(index)
             else:
                 await runtime.sleep(min(ROUND_PAUSE, max(deadline - runtime.now(), 0.0)))
+        said = "; ".join(f"{where}: {why}" for where, why in failures.items())
         raise EtcdUnavailableError(
-            f"no etcd member answered {path} within {budget:g} s (last: {last}); check "
+            f"no etcd member answered {path} within {budget:g} s "
+            f"({said or 'no member was tried'}); check "
             f"HIGHLANDER_BACKEND ({self.target.describe()}) and that a majority of the "
             "cluster's members run (etcdctl endpoint health)",
             api.UNAVAILABLE,

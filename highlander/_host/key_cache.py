@@ -1,8 +1,11 @@
 """The project's derived HMAC key, kept in the runtime directory between conversations.
 
-Deriving the key means importing cryptography for its HKDF, about 10 ms
-on each side of a succession, and both sides wait for it before HELLO
-can be verified.  The first conversation for a project derives the key
+The cache was made when deriving the key imported cryptography for its
+HKDF, about 10 ms on each side of a succession before HELLO could be
+verified.  The HKDF is the stdlib's HMAC now (:func:`highlander._core.signing.hkdf_sha256`,
+microseconds), so the cache saves little; it stays, with its checks, until
+it is retired as its own change (the runtime directory's layout, doctor and
+the docs name it).  The first conversation for a project derives the key
 (:func:`highlander._core.signing.derive_key`) and stores it beside the
 project's other files (``<base>.key``, 0600, in the 0700 runtime
 directory); later conversations, on either side, read it back.

@@ -203,7 +203,7 @@ class EtcdBackend:
         channel: Channel = self.session.call(
             open_channel, self.session.client, self.root, keeper.lease, None, self.me.encode()
         )
-        # Derived (cryptography's HKDF, imported the first time) while the holder
+        # Derived (the stdlib's HMAC, loaded the first time) while the holder
         # reads our `here` and answers it, not before we have written it.
         try:
             channel.keyed(self.channel_key())

@@ -44,6 +44,7 @@ async def keep_watch(backend: EtcdBackend, incumbent: Incumbent) -> None:
 
     session.on_lost(on_lost)
     from highlander._core.sealing import load  # noqa: PLC0415 - at serving's start, not a frame's
+    from highlander._shell import etcd_peer  # noqa: F401, PLC0415 - what a HELLO's check needs
 
     load()
     listener = incumbent.reign.listener.sock.getsockname()

@@ -7,8 +7,6 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from highlander._core import sealing
 from highlander._core.signing import derive_key
@@ -100,18 +98,6 @@ def test_the_last_chunk_number_still_seals() -> None:
     assert sealing.seal(_key(), sealing.NEWCOMER, 0, NAME, b"x") != sealing.seal(
         _key(), sealing.INCUMBENT, 0, NAME, b"x"
     )
-
-
-@settings(max_examples=200, deadline=None)
-@given(secret=st.binary(max_size=64), salt=st.binary(max_size=64), info=st.binary(max_size=64))
-def test_the_key_derivation_is_cryptographys_hkdf_sha256(
-    secret: bytes, salt: bytes, info: bytes
-) -> None:
-    from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-
-    theirs = HKDF(algorithm=hashes.SHA256(), length=32, salt=salt, info=info).derive(secret)
-    assert sealing._hkdf(secret, salt, info) == theirs
 
 
 def test_the_cipher_is_the_class_cryptography_publishes() -> None:

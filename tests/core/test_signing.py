@@ -6,6 +6,8 @@ import hashlib
 import hmac
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from highlander._core.signing import (
     HKDF_INFO,
@@ -13,6 +15,7 @@ from highlander._core.signing import (
     NO_NONCE,
     Direction,
     derive_key,
+    hkdf_sha256,
     mac_input,
     sign,
     verify,
@@ -48,6 +51,40 @@ def test_derive_key_is_deterministic_and_32_bytes() -> None:
 def test_derive_key_is_documented_hkdf() -> None:
     assert HKDF_INFO == b"highlander/v1"
     assert derive_key(TOKEN, PROJECT) == _hkdf_sha256(TOKEN, PROJECT, HKDF_INFO, 32)
+
+
+def _cryptographys_hkdf(secret: bytes, salt: bytes, info: bytes) -> bytes:
+    """The reference: cryptography's HKDF, which DESIGN.md names for the key."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=salt, info=info).derive(secret)
+
+
+def test_derive_key_is_cryptographys_hkdf() -> None:
+    assert derive_key(TOKEN, PROJECT) == _cryptographys_hkdf(TOKEN, PROJECT, HKDF_INFO)
+
+
+@settings(max_examples=300, deadline=None)
+@given(secret=st.binary(max_size=96), salt=st.binary(max_size=96), info=st.binary(max_size=64))
+def test_hkdf_sha256_is_cryptographys_hkdf(secret: bytes, salt: bytes, info: bytes) -> None:
+    assert hkdf_sha256(secret, salt, info) == _cryptographys_hkdf(secret, salt, info)
+
+
+def test_deriving_a_key_loads_no_cryptography() -> None:
+    """The frames' key on a newcomer's path: no cryptography, no typing (a fresh interpreter)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; from highlander._core.signing import derive_key; "
+        "derive_key(b't', bytes(32)); "
+        "print(sorted(m for m in sys.modules if m.startswith('cryptography') or m == 'typing'))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]"
 
 
 def test_derive_key_depends_on_token() -> None:

@@ -254,3 +254,35 @@ async def test_a_refusal_is_an_error_with_etcds_code(etcd: Cluster) -> None:
             await client.call("/v3/kv/put", {"key": api.b64(_key()), "value": "", "lease": "12345"})
     assert caught.value.code == api.NOT_FOUND
     assert not isinstance(caught.value, EtcdUnavailableError)
+
+
+async def test_the_error_names_each_members_failure_and_the_budgets_end_hides_none() -> None:
+    # One member refuses connections; the other answers once with a 503 that
+    # is not JSON, then accepts and never answers: the call's budget ends
+    # inside that silent request, which must not hide the 503 it gave before.
+    refused = f"127.0.0.1:{free_port()}"
+    connections = 0
+
+    async def serve(stream: anyio.abc.SocketStream) -> None:
+        nonlocal connections
+        connections += 1
+        async with stream:
+            await stream.receive()
+            if connections == 1:
+                await stream.send(b"HTTP/1.1 503 Unavailable\r\nContent-Length: 3\r\n\r\nbad")
+                return
+            await anyio.sleep_forever()
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    silent = f"127.0.0.1:{listener.extra(anyio.abc.SocketAttribute.local_port)}"
+    async with anyio.create_task_group() as group:
+        group.start_soon(listener.serve, serve)
+        async with Client(parse(f"etcd://{silent},{refused}", {}), timeout=30.0) as client:
+            with pytest.raises(EtcdUnavailableError) as caught:
+                await client.call("/v3/kv/range", api.get(b"k"), budget=1.0)
+        group.cancel_scope.cancel()
+    await listener.aclose()
+    message = str(caught.value)
+    assert connections >= 2  # the budget ended inside the silent member's second request
+    assert f"{silent}: HTTP 503, not JSON" in message
+    assert f"{refused}: " in message

@@ -123,10 +123,13 @@ def test_sync_succession_runs_without_an_event_loop(kids: Children) -> None:
     assert _imported(report, SETBACK_ONLY | SHARE_ONLY) == set()
 
 
-def test_a_succession_with_the_key_cached_loads_no_cryptography(kids: Children) -> None:
-    # The first conversation for the project derives the key (HKDF, cryptography) on
-    # one side or both and leaves it in the runtime directory's key cache.
-    _succeed_once(kids)
+def test_a_succession_loads_no_cryptography_with_or_without_the_key_cached(
+    kids: Children,
+) -> None:
+    # The first conversation for the project derives the key (HKDF by the stdlib's HMAC,
+    # no cryptography) on one side or both and leaves it in the runtime directory's key cache.
+    first = _succeed_once(kids)
+    assert _imported(first, {"cryptography"}) == set()
     assert any(name.endswith(".key") for name in os.listdir(kids.runtime))
     report = _succeed_once(kids)
     assert "highlander._core.connection" in report["main"]
