@@ -110,8 +110,12 @@ class Channel:
             raise
         self._watch = watch
 
+    def read_from(self, events: AsyncGenerator[api.Event, None]) -> None:
+        """Read the other side's keys from ``events`` (the holder's one watch), not our own."""
+        self._watch = events
+
     async def close(self) -> None:
-        """Close a watch :meth:`listen` opened that :meth:`chunks` never read."""
+        """Close a watch :meth:`listen` opened (or events given) that :meth:`chunks` never read."""
         if self._watch is not None:
             watch, self._watch = self._watch, None
             await watch.aclose()
@@ -208,6 +212,36 @@ async def open_channel(
     return channel
 
 
+async def newcomers_keys(
+    client: Client, root: bytes, since: int
+) -> AsyncGenerator[tuple[bytes, api.Event], None]:
+    """``(conversation id, event)`` for every newcomer-side key of the project after ``since``.
+
+    One watch for every conversation: the holder reads each conversation's
+    chunks from it (:class:`~highlander._etcd.holding.Feed`) rather than
+    open a watch per conversation, which would cost a round trip before its
+    HELLO and, once etcd has passed the revision it starts at, could join
+    the "unsynced" watchers etcd catches up only every 100 ms.
+    """
+    prefix = conversations(root)
+    side = b"/" + _SIDES[sealing.NEWCOMER] + b"/"
+    async with contextlib.aclosing(client.watch(prefix, since + 1, prefix=True)) as events:
+        async for event in events:
+            name, found, _ = event.kv.key[len(prefix) :].partition(side)
+            if not found:
+                continue
+            with contextlib.suppress(ValueError):
+                conversation = bytes.fromhex(name.decode("ascii"))
+                if len(conversation) == sealing.CONVERSATION_ID_BYTES:
+                    yield conversation, event
+
+
+def opens(conversation: bytes, event: api.Event, root: bytes) -> bool:
+    """Whether ``event`` (of ``conversation``) is its newcomer's ``here``: its opening."""
+    here = conversations(root) + conversation.hex().encode() + b"/" + _SIDES[sealing.NEWCOMER]
+    return event.kind == "put" and event.kv.key == here + b"/" + HERE
+
+
 async def incoming(
     client: Client, root: bytes, since: int
 ) -> AsyncGenerator[tuple[bytes, api.KeyValue], None]:
@@ -216,16 +250,10 @@ async def incoming(
     The opening key's lease is the newcomer's, and its value what the
     newcomer said of itself (unsigned: the conversation proves or refutes it).
     """
-    prefix = conversations(root)
-    async with contextlib.aclosing(client.watch(prefix, since + 1, prefix=True)) as events:
-        async for event in events:
-            rest = event.kv.key[len(prefix) :]
-            if event.kind != "put" or not rest.endswith(b"/n/" + HERE):
-                continue
-            with contextlib.suppress(ValueError):
-                conversation = bytes.fromhex(rest[: -len(b"/n/" + HERE)].decode("ascii"))
-                if len(conversation) == sealing.CONVERSATION_ID_BYTES:
-                    yield conversation, event.kv
+    async with contextlib.aclosing(newcomers_keys(client, root, since)) as events:
+        async for conversation, event in events:
+            if opens(conversation, event, root):
+                yield conversation, event.kv
 
 
 def accept_channel(

@@ -16,18 +16,35 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from collections.abc import Callable
+from collections import deque
+from collections.abc import AsyncGenerator, Callable
 
 from highlander._core.values import Value
 from highlander._etcd import api
-from highlander._etcd.channel import Channel, accept_channel, carry, incoming
+from highlander._etcd.channel import (
+    Channel,
+    ChannelBroken,
+    accept_channel,
+    carry,
+    newcomers_keys,
+    opens,
+)
 from highlander._etcd.claim import mark_released
 from highlander._etcd.session import Session
 from highlander._host.claim import ProjectLock
 from highlander._host.listener import BACKLOG, Listener
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from highlander._host.waiting import Flag, Runtime
+
 #: Names in the abstract namespace (no file, gone with the process).
 _PREFIX = b"\0highlander-etcd-"
+#: A conversation's keys read from the watch and not yet by its bridge, at most.  A
+#: newcomer writes a handful (here, a chunk per frame it sends, fin); one that
+#: writes more than this faster than the incumbent reads is cut off (its
+#: conversation ends), rather than held in memory or let stall the others'.
+FEED_BOUND = 64
 
 
 class LeaseLock(ProjectLock):
@@ -94,6 +111,37 @@ class Incoming(Value):
     opening: api.KeyValue
 
 
+class Feed:
+    """One conversation's keys, as the holder's one watch on every conversation delivers them."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        """An empty feed on ``runtime`` (the session's loop: the watch's and the bridge's)."""
+        self._runtime = runtime
+        self._keys: deque[api.Event] = deque()
+        self._arrived: Flag | None = None
+        self._overflowed = False
+
+    def put(self, event: api.Event) -> None:
+        """One more of the conversation's keys (dropped, and the feed broken, past the bound)."""
+        if len(self._keys) >= FEED_BOUND:
+            self._overflowed = True
+        else:
+            self._keys.append(event)
+        if self._arrived is not None:
+            self._arrived.set()
+
+    async def events(self) -> AsyncGenerator[api.Event, None]:
+        """The keys in order, as they come; :class:`ChannelBroken` once the bound was passed."""
+        while True:
+            while self._keys:
+                yield self._keys.popleft()
+            if self._overflowed:
+                raise ChannelBroken(f"more than {FEED_BOUND} of the newcomer's keys unread")
+            self._arrived = self._runtime.flag()
+            await self._arrived.wait()
+            self._arrived = None
+
+
 async def let_in(
     session: Session,
     root: bytes,
@@ -106,39 +154,52 @@ async def let_in(
     """Bridge every conversation opened after revision ``since`` to ``listener`` (forever).
 
     ``peers`` maps each connecting end's name to its conversation while the
-    bridge runs; ``lease``: the lease this side's keys ride on now.
+    bridge runs; ``lease``: the lease this side's keys ride on now.  One
+    watch reads every conversation's keys: each is fed to its bridge from the
+    moment its ``here`` is seen, so the newcomer's reply to our HELLO waits
+    for no watch of its own.
     """
     client = session.client
-    watch = incoming(client, root, since)
-    async with client.runtime.group() as tasks, contextlib.aclosing(watch) as opened:
-        async for conversation, opening in opened:
-            channel = accept_channel(
-                client, root, conversation, opening.mod_revision, lease(), channel_key
-            )
-            tasks.spawn(_carry, channel, listener, peers, Incoming(opening))
+    feeds: dict[bytes, Feed] = {}
+    watch = newcomers_keys(client, root, since)
+    async with client.runtime.group() as tasks, contextlib.aclosing(watch) as keys:
+        async for conversation, event in keys:
+            feed = feeds.get(conversation)
+            if feed is not None:
+                feed.put(event)
+            elif opens(conversation, event, root):
+                channel = accept_channel(
+                    client, root, conversation, event.kv.mod_revision, lease(), channel_key
+                )
+                feeds[conversation] = feed = Feed(client.runtime)
+                channel.read_from(feed.events())
+                tasks.spawn(_carry, channel, listener, peers, Incoming(event.kv), feeds)
 
 
 async def _carry(
-    channel: Channel, listener: bytes, peers: dict[bytes, Incoming], one: Incoming
+    channel: Channel,
+    listener: bytes,
+    peers: dict[bytes, Incoming],
+    one: Incoming,
+    feeds: dict[bytes, Feed],
 ) -> None:
     end = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     name = _PREFIX + channel.conversation.hex().encode()
     peers[name] = one  # before the connect: the incumbent may accept at once, on its thread
     try:
-        end.bind(name)
-        end.setblocking(False)
-        end.connect(listener)
-    except OSError:  # the incumbent's queue is full or it is closing: the newcomer times out
-        peers.pop(name, None)
-        end.close()
-        return
-    try:
-        # Before our answer (the HELLO the incumbent writes at its accept): the
-        # newcomer's reply reaches us at once.  No ``here`` of ours first: the
-        # newcomer reads nothing in it, and it would put a round trip before HELLO.
-        await channel.listen(channel.since + 1)
+        try:
+            end.bind(name)
+            end.setblocking(False)
+            end.connect(listener)
+        except OSError:  # the incumbent's queue is full or it is closing: the newcomer times out
+            end.close()
+            return
+        # No ``here`` of ours before our answer (the HELLO the incumbent writes
+        # at its accept): the newcomer reads nothing in it, and it would put a
+        # round trip before HELLO.
         await carry(channel, end)
     finally:
-        await channel.close()  # if the bridge never began, the watch listen() opened
+        await channel.close()  # if the bridge never began, the feed it never read
+        feeds.pop(channel.conversation, None)
         peers.pop(name, None)
         end.close()

@@ -146,9 +146,18 @@ class Turn:
             return found  # type: ignore[no-any-return]
         return session.call(ahead, session.client, self.root, self.key, self.revision)  # type: ignore[no-any-return]
 
-    def leave(self) -> None:
-        """Give our place up, if we took one (bounded by the client's budget)."""
+    def leave(self, *, wait: bool = True) -> None:
+        """Give our place up, if we took one (bounded by the client's budget).
+
+        Without ``wait`` the deletion runs on the session's loop while we go
+        on: a newcomer that holds now keeps its session (and so the loop), and
+        nobody is ahead of it to wait for the deletion.  One that does not
+        hold may close its session next, which would cancel the deletion.
+        """
         if self.revision is not None:
             self.revision = None
             with contextlib.suppress(Exception):  # our lease takes it with it in one TTL
-                self.session.call(leave, self.session.client, self.key)
+                if wait:
+                    self.session.call(leave, self.session.client, self.key)
+                else:
+                    self.session.spawn(leave, self.session.client, self.key)

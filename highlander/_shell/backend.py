@@ -123,7 +123,7 @@ class LocalBackend:
     async def take_turn(self, settings: Settings, waiter: Waiter) -> None:
         """See :meth:`Backend.take_turn`: no turns on one machine (the kernel orders connects)."""
 
-    def leave_turn(self) -> None:
+    def leave_turn(self, *, holding: bool) -> None:
         """See :meth:`Backend.leave_turn`: nothing to give up."""
 
     async def await_exit(self, settings: Settings, pid: int, within: float, waiter: Waiter) -> None:

@@ -287,10 +287,10 @@ class EtcdBackend:
             self._turn = Turn(self.session, self.root, f"{self.me.host}-{os.getpid()}", self.me)
         await self._turn.wait(waiter, settings.timeouts.hello + settings.timeouts.stall)
 
-    def leave_turn(self) -> None:
+    def leave_turn(self, *, holding: bool) -> None:
         """See :meth:`Backend.leave_turn`: our queue key deleted (else it goes with our lease)."""
         if self._turn is not None:
-            self._turn.leave()
+            self._turn.leave(wait=not holding)
 
     # -- the handover ---------------------------------------------------------------------
 

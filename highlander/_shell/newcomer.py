@@ -84,16 +84,20 @@ async def acquire(
     In share mode the holder may serve our client instead (:class:`Relay`:
     :mod:`highlander._shell.attaching`).
     """
+    got: Reign | Duplicate | Relay | None = None
     try:
         if timeout is None:
-            return await _acquire(settings, waiter, backend, first, claimed)
-        limited = TimeLimit(waiter, waiter.now() + timeout)
-        return await _acquire(settings, limited, backend, first, claimed)
+            got = await _acquire(settings, waiter, backend, first, claimed)
+        else:
+            got = await _acquire(
+                settings, TimeLimit(waiter, waiter.now() + timeout), backend, first, claimed
+            )
+        return got
     except OutOfTime:
         assert timeout is not None
         raise out_of_time(settings, timeout) from None
     finally:
-        backend.leave_turn()
+        backend.leave_turn(holding=isinstance(got, Reign))
         if first is not None:
             first[0].close()  # unused (the project came free), or closed by its attempt already
 

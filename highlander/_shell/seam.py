@@ -137,8 +137,12 @@ class Backend(Protocol):
     async def take_turn(self, settings: Settings, waiter: Waiter) -> None:
         """Before a conversation with the holder: wait while other newcomers converse (bounded)."""
 
-    def leave_turn(self) -> None:
-        """The newcomer is done (holds, attached, gave up): others may converse."""
+    def leave_turn(self, *, holding: bool) -> None:
+        """The newcomer is done (holds, attached, gave up): others may converse.
+
+        ``holding``: it holds now, so the backend may give the turn up in the
+        background rather than hold ``acquire()`` up for it.
+        """
 
     def prepare_conclusion(self) -> None:
         """While the incumbent saves: load what :meth:`conclude` runs (off its critical path)."""

@@ -9,6 +9,7 @@ a newcomer that makes no way is passed after a handover's patience.
 
 from __future__ import annotations
 
+import time
 import uuid
 
 from highlander._etcd import api
@@ -35,6 +36,25 @@ def test_newcomers_on_several_hosts_converse_one_at_a_time(hosts: Hosts) -> None
     for child in [first, *herd]:
         if child is not survivor:
             assert child.finish(SETTLE)[0] == 0  # deposed, never killed
+
+
+def test_a_newcomer_that_holds_gives_its_place_up(hosts: Hosts, etcd: Cluster) -> None:
+    # It gives it up in the background (acquire() does not wait for the delete),
+    # but it does: the key would otherwise stay while it holds, its lease kept alive.
+    first = hosts.start("h1", hold=120)
+    first.wait_for("ready")
+    second = hosts.start("h2", hold=120)
+    assert second.wait_for("ready", timeout=SETTLE)["outcome"] == "succeeded"
+    env = hosts.kids.env(HIGHLANDER_PROJECT_ID=hosts.project)
+    prefix = queue_prefix(app_root("child", hosts.project, env))
+    deadline = time.monotonic() + SETTLE
+    while places := api.got(post(etcd.endpoints[0], "/v3/kv/range", api.get(prefix, prefix=True)))[
+        1
+    ]:
+        assert time.monotonic() < deadline, f"still queued while holding: {places}"
+        time.sleep(0.05)
+    assert second.proc.poll() is None  # it holds still: its lease did not take the key
+    assert first.finish(SETTLE)[0] == 0
 
 
 def test_a_place_that_makes_no_way_is_passed(hosts: Hosts, etcd: Cluster) -> None:
