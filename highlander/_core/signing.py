@@ -8,8 +8,9 @@ sequence number and the payload bytes (layout in :func:`mac_input` and
 docs/protocol.md).  Verification is constant-time.
 
 Pure code, and no ``cryptography``: the MAC and the HKDF (RFC 5869, which
-is two HMACs for one 32-byte block) are OpenSSL's HMAC through the
-interpreter's own binding (:func:`hmac_sha256`).  DESIGN.md names
+is two HMACs for one 32-byte block) are HMAC-SHA256 over the interpreter's
+built-in SHA-256 (:func:`highlander._core.sha.hmac_sha256`: no OpenSSL to
+load on a newcomer's path, 2-4 ms).  DESIGN.md names
 cryptography's HKDF; the key is the same HKDF-SHA256, byte for byte
 (``tests/core/test_signing.py`` checks :func:`hkdf_sha256` against
 cryptography's ``HKDF`` over generated inputs), but a newcomer no longer
@@ -24,6 +25,7 @@ from __future__ import annotations
 import enum
 
 from highlander._core.messages import NONCE_BYTES, PROTOCOL_VERSION
+from highlander._core.sha import hmac_sha256
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
@@ -93,22 +95,6 @@ def mac_input(
         + seq.to_bytes(8, "big")  # int, not struct: a newcomer need not import it
         + payload
     )
-
-
-def hmac_sha256(key: bytes, data: bytes) -> bytes:
-    """HMAC-SHA256 of ``data``: OpenSSL's, through CPython's ``_hashlib``.
-
-    The ``hmac`` module calls the same function, but importing it (with
-    ``hashlib``, ``_blake2`` and ``warnings``) adds 1 ms to a newcomer's path;
-    where ``_hashlib`` is missing (no OpenSSL), the ``hmac`` module serves.
-    """
-    try:
-        from _hashlib import hmac_digest  # noqa: PLC0415 - lazy by design
-    except ImportError:  # pragma: no cover - a CPython built without OpenSSL
-        import hmac  # noqa: PLC0415
-
-        return hmac.digest(key, data, "sha256")
-    return hmac_digest(key, data, "sha256")
 
 
 def same_tag(expected: bytes, tag: bytes) -> bool:

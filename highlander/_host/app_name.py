@@ -12,17 +12,7 @@ from __future__ import annotations
 import re
 
 from highlander._core.errors import ConfigurationError
-
-# The interpreter's built-in SHA-256: hashlib would first load OpenSSL, which
-# costs the claim path about 2 ms (the digest is the same).  No stubs exist
-# for these private modules, hence the ignores.
-try:
-    from _sha2 import sha256  # type: ignore[import-not-found]  # CPython >= 3.12
-except ImportError:  # pragma: no cover - depends on the interpreter
-    try:
-        from _sha256 import sha256  # type: ignore[import-not-found]  # CPython 3.11
-    except ImportError:
-        from hashlib import sha256
+from highlander._core.sha import sha256_digest
 
 #: Longest app name used as its own file-name stem (:func:`app_stem`); longer ones are hashed.
 APP_MAX = 32
@@ -78,9 +68,3 @@ def app_stem(app: str) -> str:
 def short_hash(data: bytes, chars: int) -> str:
     """The first ``chars`` hex digits of SHA-256 of ``data``."""
     return sha256_digest(data).hex()[:chars]
-
-
-def sha256_digest(data: bytes) -> bytes:
-    """SHA-256 of ``data`` (also the project key's: one fast digest for every name)."""
-    digest: bytes = sha256(data).digest()
-    return digest

@@ -30,7 +30,8 @@ import os
 import stat
 
 from highlander._core.errors import HighlanderError
-from highlander._core.signing import hmac_sha256, same_tag
+from highlander._core.sha import hmac_sha256
+from highlander._core.signing import same_tag
 from highlander._host.files import discard, install, open_regular, stage
 
 #: What the tag's HMAC covers first, so it can never equal a frame's MAC or the key.

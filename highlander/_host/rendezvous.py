@@ -40,8 +40,9 @@ from highlander._core.errors import (
     SocketPathTooLongError,
     UnsafeRuntimeDirError,
 )
+from highlander._core.sha import sha256_digest
 from highlander._core.values import Value
-from highlander._host.app_name import HASH_CHARS, app_stem, sha256_digest, short_hash
+from highlander._host.app_name import HASH_CHARS, app_stem, short_hash
 
 # Re-exported: the names key used to live here.
 from highlander._host.names_key import NAMES_KEY as NAMES_KEY  # noqa: PLC0414

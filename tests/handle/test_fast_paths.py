@@ -114,10 +114,11 @@ def _succeed_once(kids: Children) -> dict[str, Any]:
 
 def test_sync_succession_runs_without_an_event_loop(kids: Children) -> None:
     report = _succeed_once(kids)
-    # The conversation itself needs the protocol and OpenSSL's HMAC, but no event loop,
+    # The conversation itself needs the protocol and the built-in SHA-256's HMAC, but no
+    # event loop, nor OpenSSL (highlander._core.sha),
     assert "highlander._core.connection" in report["main"]
-    assert "_hashlib" in report["main"]
-    assert _imported(report, EVENT_LOOP | {"structlog"}) == set()
+    assert "highlander._core.sha" in report["main"]
+    assert _imported(report, EVENT_LOOP | {"structlog", "_hashlib"}) == set()
     # nor what only a setback needs: waiting out, ending or judging a holder,
     # the policy that decides which; nor share mode's side.
     assert _imported(report, SETBACK_ONLY | SHARE_ONLY) == set()
@@ -133,8 +134,8 @@ def test_a_succession_loads_no_cryptography_with_or_without_the_key_cached(
     assert any(name.endswith(".key") for name in os.listdir(kids.runtime))
     report = _succeed_once(kids)
     assert "highlander._core.connection" in report["main"]
-    # nor the standard library's Python layers over OpenSSL (hmac, hashlib: 1 ms).
-    assert _imported(report, {"cryptography", "hmac", "hashlib"}) == set()
+    # nor OpenSSL and the standard library's Python layers over it (hmac, hashlib).
+    assert _imported(report, {"cryptography", "hmac", "hashlib", "_hashlib"}) == set()
 
 
 @pytest.mark.parametrize("mode", ["observe", "warn"])
