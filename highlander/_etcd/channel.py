@@ -124,9 +124,16 @@ class Channel:
     def _theirs(self) -> bytes:
         return self._base + _SIDES[self._other] + b"/"
 
+    def here_key(self) -> bytes:
+        """The key of this side's ``here`` (a newcomer's: the conversation's opening)."""
+        return self._name(self.side, HERE)
+
     async def announce(self, here: bytes = b"") -> None:
         """Say this side is here (the newcomer's open, with ``here``: who it is)."""
-        revision = await self._put(self._name(self.side, HERE), here)
+        self.announced(await self._put(self.here_key(), here))
+
+    def announced(self, revision: int) -> None:
+        """Our ``here`` was written at ``revision`` (by :meth:`announce`, or with a claim)."""
         if self.side == sealing.NEWCOMER:
             self.since = revision
 
@@ -180,10 +187,25 @@ class Channel:
         fin = self._name(self._other, FIN)
         return (self._name(self._other, b"%016x" % self.received), fin) if chunks else (fin,)
 
-    async def forget(self) -> None:
-        """Delete every key of the conversation (the newcomer, once it is over)."""
+    async def forget(self, *also: bytes) -> None:
+        """Delete every key of the conversation (the newcomer, once it is over), and ``also``."""
         body = api.get(self._base, prefix=True)
-        await self.client.call("/v3/kv/deleterange", body)
+        if not also:
+            await self.client.call("/v3/kv/deleterange", body)
+            return
+        ops = [{"request_delete_range": one} for one in (body, *map(api.get, also))]
+        await self.client.call("/v3/kv/txn", {"compare": [], "success": ops})
+
+
+def newcomer_side(client: Client, root: bytes, lease: int, channel_key: bytes | None) -> Channel:
+    """A newcomer's side of a new conversation (a random id), nothing sent yet.
+
+    ``channel_key`` ``None``: keyed later (:meth:`Channel.keyed`), before the
+    first chunk is sealed or opened.
+    """
+    conversation = os.urandom(sealing.CONVERSATION_ID_BYTES)
+    key = b"" if channel_key is None else sealing.conversation_key(channel_key, conversation)
+    return Channel(client, root, conversation, sealing.NEWCOMER, lease, key, since=0)
 
 
 async def open_channel(
@@ -196,9 +218,7 @@ async def open_channel(
     written, while the holder answers, and gives it to :meth:`Channel.keyed`
     before the first chunk is sealed or opened.
     """
-    conversation = os.urandom(sealing.CONVERSATION_ID_BYTES)
-    key = b"" if channel_key is None else sealing.conversation_key(channel_key, conversation)
-    channel = Channel(client, root, conversation, sealing.NEWCOMER, lease, key, since=0)
+    channel = newcomer_side(client, root, lease, channel_key)
     # Nothing of a new conversation exists before its announce: "from now" misses
     # nothing.  And a watch must exist before the holder answers: one that starts
     # at a revision etcd has passed joins its "unsynced" watchers, which it

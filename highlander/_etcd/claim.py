@@ -23,6 +23,10 @@ from highlander._core.values import Value
 from highlander._etcd import api
 from highlander._etcd.client import Client
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from highlander._etcd.opening import Opening
+
 #: How often a claim is tried again when the holder key vanished between the
 #: transaction's compare and its read (a holder's lease ended at that instant).
 _RACES = 3
@@ -73,7 +77,11 @@ def count_of(kv: api.KeyValue | None) -> int:
 
 
 async def claim_reign(
-    client: Client, key: bytes, lease: int, value_for: Callable[[int], bytes]
+    client: Client,
+    key: bytes,
+    lease: int,
+    value_for: Callable[[int], bytes],
+    opening: Opening | None = None,
 ) -> Held | api.KeyValue:
     """:func:`claim`, counting the reign: the new holder's value is ``value_for(generation)``.
 
@@ -84,13 +92,22 @@ async def claim_reign(
     when that is wrong, the failure branch has read the holder key and the
     counter: a held project is known in one request, and a free one is
     claimed with the counter just read.
+
+    ``opening``: the first attempt's failure branch also queues us and opens
+    our conversation (:mod:`highlander._etcd.opening`), which learns from
+    its answer what it did.
     """
     counter = counter_key(key)
     last = mod = 0
     stale = False
-    for _ in range(_RACES):
+    for attempt in range(_RACES):
         body = api.claim_counted(key, value_for(last + 1), lease, counter, mod, last + 1)
-        answer = api.txn(await client.call("/v3/kv/txn", body))
+        if opening is not None and attempt == 0:
+            raw = await client.call("/v3/kv/txn", opening.extend(body))
+            opening.read(raw)
+            answer = api.txn(raw)
+        else:
+            answer = api.txn(await client.call("/v3/kv/txn", body))
         holders = answer.ranges[0] if answer.ranges else ()
         if holders:
             kv = holders[0]

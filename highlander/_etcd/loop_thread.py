@@ -171,11 +171,24 @@ class LoopThread:
             spawned.finish(None, None, True)
         return spawned
 
-    def call(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> Any:
-        """Run ``fn(*args)`` on the loop and wait for its result (from another thread)."""
+    def call(
+        self,
+        fn: Callable[..., Coroutine[Any, Any, Any]],
+        *args: Any,
+        meanwhile: Callable[[], bool] | None = None,
+    ) -> Any:
+        """Run ``fn(*args)`` on the loop and wait for its result (from another thread).
+
+        ``meanwhile``: work for the waiting thread, a step per call, until
+        it returns ``False`` or the result is in (the result then waits for
+        at most the step under way).
+        """
         if threading.get_ident() == self.loop.thread_id:
             raise RuntimeError("the etcd session's loop cannot wait for itself")
-        return self.spawn(fn, *args).result()
+        spawned = self.spawn(fn, *args)
+        while meanwhile is not None and not spawned.done() and meanwhile():
+            pass
+        return spawned.result()
 
     def stop(self, timeout: float = 5.0) -> None:
         """End the loop (its tasks are cancelled) and wait up to ``timeout`` for its thread."""

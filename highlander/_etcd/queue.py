@@ -41,8 +41,8 @@ def queue_prefix(root: bytes) -> bytes:
     return root + b"queue/"
 
 
-def _looks(root: bytes) -> list[api.Json]:
-    """The two reads of a look: the queue, and the project's last write."""
+def looks(root: bytes) -> list[api.Json]:
+    """The two reads of a look: the queue, and the project's last write (a txn's ops)."""
     return [
         {"request_range": api.get(queue_prefix(root), prefix=True)},
         {"request_range": api.latest(root)},
@@ -58,12 +58,12 @@ async def join(
     would have found.
     """
     body = api.put_if_absent(key, value, lease)
-    body["success"] += _looks(root)
-    body["failure"] += _looks(root)
+    body["success"] += looks(root)
+    body["failure"] += looks(root)
     answer = api.txn(await client.call("/v3/kv/txn", body))
     mine, queued, last = answer.ranges[-3:]
     revision = mine[0].create_revision if mine else answer.header.revision
-    return revision, _older(queued, last, key, revision)
+    return revision, older(queued, last, key, revision)
 
 
 async def ahead(
@@ -77,14 +77,18 @@ async def ahead(
     of reads only (as linearizable as a range): both at one revision, in one
     round trip.
     """
-    answer = api.txn(await client.call("/v3/kv/txn", {"compare": [], "success": _looks(root)}))
+    answer = api.txn(await client.call("/v3/kv/txn", {"compare": [], "success": looks(root)}))
     queued, last = answer.ranges
-    return _older(queued, last, key, revision)
+    return older(queued, last, key, revision)
 
 
-def _older(
+def older(
     queued: tuple[api.KeyValue, ...], last: tuple[api.KeyValue, ...], key: bytes, revision: int
 ) -> tuple[list[bytes], int] | None:
+    """The queue's keys older than ``key`` (created at ``revision``), and the last write.
+
+    ``None`` if ``key`` is not among ``queued`` (our place is gone).
+    """
     if not any(kv.key == key for kv in queued):
         return None
     older = sorted((kv for kv in queued if kv.create_revision < revision), key=_created)
@@ -111,6 +115,15 @@ class Turn:
         self.key = queue_prefix(root) + f"{name}/{os.urandom(6).hex()}".encode()
         self.value = me.encode()
         self.revision: int | None = None
+        #: A look taken with our join (:meth:`joined`), for the first :meth:`wait`.
+        self._found: tuple[list[bytes], int] | None = None
+
+    def joined(self, revision: int, found: tuple[list[bytes], int] | None) -> None:
+        """Our place was put at ``revision`` by another request, which took the first look.
+
+        (:mod:`highlander._etcd.opening`: the claim's failure branch.)
+        """
+        self.revision, self._found = revision, found
 
     async def wait(self, waiter: Waiter, patience: float) -> None:
         """Until no newcomer older than us is queued (see the module docstring).
@@ -138,6 +151,9 @@ class Turn:
 
     def _older(self) -> tuple[list[bytes], int] | None:
         session = self.session
+        if self._found is not None:
+            found, self._found = self._found, None
+            return found
         if self.revision is None:
             lease = session.lease_kept().lease
             self.revision, found = session.call(

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 
 from highlander._core.errors import ConfigurationError
 from highlander._core.lease import MIN_TTL
+from highlander._core.sha import sha256_digest  # built in: no OpenSSL
 from highlander._core.values import Value
 from highlander._etcd import api
 from highlander._etcd.claim import Held, claim, claim_reign, holder, still_held
@@ -32,13 +33,14 @@ from highlander._etcd.client import Client
 from highlander._etcd.endpoints import Target
 from highlander._etcd.keeper import Keeper, grant
 from highlander._etcd.loop_thread import LoopThread, Spawned
-from highlander._host.app_name import sha256_digest  # built in: no OpenSSL before `here`
 from highlander._host.identity import boot_id, own_identity
 from highlander._host.log import warn_once
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
     from typing import Any
+
+    from highlander._etcd.opening import Opening
 
 HOST_VAR = "HIGHLANDER_HOST_ID"
 PREFIX_VAR = "HIGHLANDER_ETCD_PREFIX"
@@ -149,10 +151,26 @@ class Session:
         self._kept: Spawned | None = None
         self._lost: list[Callable[[str], None]] = []
         self._lock = threading.Lock()
+        #: The thread that gave work to do while it waits, and the work (:meth:`meanwhile`).
+        self._work: tuple[int, Callable[[], bool]] | None = None
+
+    def meanwhile(self, work: Callable[[], bool] | None) -> None:
+        """Have the calling thread do ``work`` while it waits for etcd's answers (``None``: stop).
+
+        A step per call, until it returns ``False`` (a newcomer's imports:
+        :mod:`highlander._shell.etcd_preload`).  Other threads just wait.
+        """
+        self._work = None if work is None else (threading.get_ident(), work)
+
+    def _wait(self, fn: Callable[..., Any], *args: Any) -> Any:
+        work = self._work
+        if work is None or work[0] != threading.get_ident():
+            return self._loop.call(fn, *args)
+        return self._loop.call(fn, *args, meanwhile=work[1])
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run the coroutine function ``fn(*args)`` on the session's loop and wait for it."""
-        return self._loop.call(fn, *args)
+        return self._wait(fn, *args)
 
     def on_lost(self, callback: Callable[[str], None]) -> None:
         """Call ``callback(why)`` (on the session's thread) when the reign's lease is lost."""
@@ -161,16 +179,18 @@ class Session:
     def claim(self, key: bytes, value: bytes) -> Held | api.KeyValue:
         """Hold ``key`` if nobody does (then keep its lease alive), or the holder's key."""
         keeper = self.lease_kept()
-        result: Held | api.KeyValue = self._loop.call(claim, self.client, key, value, keeper.lease)
+        result: Held | api.KeyValue = self._wait(claim, self.client, key, value, keeper.lease)
         if isinstance(result, Held):
             self.held = result
         return result
 
-    def claim_reign(self, key: bytes, value_for: Callable[[int], bytes]) -> Held | api.KeyValue:
+    def claim_reign(
+        self, key: bytes, value_for: Callable[[int], bytes], opening: Opening | None = None
+    ) -> Held | api.KeyValue:
         """:meth:`claim`, counting the reign (:func:`~highlander._etcd.claim.claim_reign`)."""
         keeper = self.lease_kept()
-        result: Held | api.KeyValue = self._loop.call(
-            claim_reign, self.client, key, keeper.lease, value_for
+        result: Held | api.KeyValue = self._wait(
+            claim_reign, self.client, key, keeper.lease, value_for, opening
         )
         if isinstance(result, Held):
             self.held = result
@@ -214,7 +234,7 @@ class Session:
             self.keeper.stop("replaced")
             self.keeper = None
         if self.keeper is None:
-            lease, clock = self._loop.call(grant, self.client, self.ttl)
+            lease, clock = self._wait(grant, self.client, self.ttl)
             self.keeper = Keeper(self.client, lease, clock)
             self._kept = self._loop.spawn(self.keeper.run)
             self._kept.add_done_callback(self._ended)
@@ -243,7 +263,7 @@ class Session:
 
     def holder(self, key: bytes) -> api.KeyValue | None:
         """The holder key now (linearizable), or ``None`` while nobody holds."""
-        result: api.KeyValue | None = self._loop.call(holder, self.client, key)
+        result: api.KeyValue | None = self._wait(holder, self.client, key)
         return result
 
     def close(self, *, revoke: bool = True) -> None:

@@ -55,6 +55,10 @@ class LocalBackend:
             blocker=in_the_way(settings.paths.socket),
         )
 
+    def opened_early(self) -> tuple[socket.socket, int] | None:
+        """See :meth:`Backend.opened_early`: never (the early dial opens its own)."""
+        return None
+
     def open(self, settings: Settings) -> socket.socket | None:
         """See :meth:`Backend.open`: a non-blocking connect to the project's socket."""
         from highlander._shell.dial import connect  # noqa: PLC0415

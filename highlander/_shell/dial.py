@@ -54,12 +54,15 @@ def dial_early(settings: Settings, backend: Backend) -> tuple[socket.socket, int
 
     The holder accepts and derives its key while the newcomer imports the
     conversation's code.  ``None``: the first attempt opens its own and says
-    what is wrong, if anything.
+    what is wrong, if anything.  A backend whose newcomers take turns does
+    not dial: it gives the conversation its claim opened, if any
+    (:meth:`Backend.opened_early`).
     """
     import time  # noqa: PLC0415 - contended only
 
     if not backend.dials_early:
-        return None  # its newcomers take turns first (etcd)
+        # Its newcomers take turns first (etcd): only one its claim opened in turn.
+        return backend.opened_early()
     when = int(time.time() * 1000)
     try:
         sock = backend.open(settings)

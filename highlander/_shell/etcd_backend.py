@@ -22,27 +22,30 @@ import time
 import weakref
 
 from highlander._core.errors import ConfigurationError, EtcdError, ForeignHolderError
-from highlander._core.findings import Setback
-from highlander._core.messages import Hello, Saved
 from highlander._core.patience import Look
 from highlander._etcd import api
 from highlander._etcd.channel import Channel, carry, open_channel
 from highlander._etcd.claim import Held, counter_key
-from highlander._etcd.holding import Incoming, LeaseLock, private_listener
 from highlander._etcd.session import HolderValue, Session, app_root, holder_key, session_for
 from highlander._host.claim import Reign
 from highlander._host.event_log import Event, Outcome
 from highlander._host.identity import Expected, PeerCredentials, cmdline, run_state
 from highlander._host.record import HolderRecord
 from highlander._host.settings import Settings
-from highlander._host.waiting import Waiter
-from highlander._shell.client import Greeting, Silent
+from highlander._shell.etcd_claiming import claim
 from highlander._shell.etcd_key import ChannelKey
-from highlander._shell.etcd_opened import Opened
 
+# The conversation's modules are not imported here: a newcomer loads them while
+# etcd answers its first requests (highlander._shell.etcd_preload).
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
+    from highlander._core.findings import Setback
+    from highlander._core.messages import Hello, Saved
+    from highlander._etcd.holding import Incoming
     from highlander._etcd.queue import Turn
+    from highlander._host.waiting import Waiter
+    from highlander._shell.client import Greeting, Silent
+    from highlander._shell.etcd_opened import Opened
     from highlander._shell.incumbent import Incumbent
 
 #: How often a newcomer looks whether a holder busy handing over has gone.
@@ -85,46 +88,25 @@ class EtcdBackend:
         self._key = ChannelKey(settings)
         #: Our place in the project's queue of newcomers (:mod:`highlander._etcd.queue`).
         self._turn: Turn | None = None
+        #: The conversation our first claim opened, and when (``etcd_claiming``).
+        self._early: tuple[socket.socket, int] | None = None
+        #: Whether no claim was made yet (the first may open a conversation).
+        self.first = True
 
     # -- claim, holder, look ------------------------------------------------------------
 
     def claim(self, settings: Settings) -> Reign | None:
-        """See :meth:`Backend.claim`: put-if-absent, counting the reign."""
-        if self.fenced is not None:
-            reign, self.fenced = self.fenced, None
-            return reign
-        since = int(time.time() * 1000)
-
-        def attempt() -> Held | api.KeyValue:
-            return self.session.claim_reign(
-                self.key, lambda generation: self.value(generation, since).encode()
-            )
-
-        try:
-            result = attempt()
-        except EtcdError as refused:
-            if refused.code != api.NOT_FOUND:
-                raise
-            self.session.lease_kept(renew=True)  # our lease is gone (etcd says): a new one
-            result = attempt()
-        if isinstance(result, Held):
-            stale, self.stale = self.stale or result.stale, False
-            saved, self.saved = self.saved, None
-            if saved is not None:
-                from highlander._shell.etcd_takeover import moved_to_us  # noqa: PLC0415
-
-                if moved_to_us(self, result, since, saved[0]):
-                    return self.reign(result, Outcome.SUCCEEDED, saved[1])
-            return self.reign(
-                result, Outcome.CLAIMED_STALE if stale else Outcome.CLAIMED_FREE, None
-            )
-        self._holder_of(result)
-        self._found = result
-        return None
+        """See :meth:`Backend.claim` (:mod:`highlander._shell.etcd_claiming`)."""
+        return claim(self, settings)
 
     def value(self, generation: int, since_ms: int, history: tuple[int, ...] = ()) -> HolderValue:
         """This process as the holder of reign ``generation`` would name itself."""
         return self.me._replace(generation=generation, since_ms=since_ms, successions_ms=history)
+
+    def found(self, kv: api.KeyValue) -> None:
+        """A claim found ``kv`` holding: the next open talks to it (checked: a holder's value)."""
+        self._holder_of(kv)
+        self._found = kv if self._early is None else None  # an early conversation has it
 
     def _holder_of(self, kv: api.KeyValue) -> HolderValue:
         holder = HolderValue.decode(kv.value)
@@ -141,6 +123,8 @@ class EtcdBackend:
         value = HolderValue.decode(held.value)
         assert value is not None  # we wrote it: this process, as the reign names it
         record = _record(value, self.settings, cmdline(value.pid))
+        from highlander._etcd.holding import LeaseLock, private_listener  # noqa: PLC0415
+
         lock = LeaseLock(self.session, self.key, value.generation)
         reign = Reign(lock, private_listener(), record, handoff, outcome)
         self.settings.events.emit(Event.CLAIMED, outcome=outcome, generation=value.generation)
@@ -183,11 +167,31 @@ class EtcdBackend:
             if refused.code != api.NOT_FOUND:
                 raise
             channel = self._open_channel(renew=True)  # our lease is gone: a new one
+        return self._converse(kv, holder, channel)
+
+    def converse_early(self, kv: api.KeyValue, channel: Channel, connected_ms: int) -> None:
+        """Talk over ``channel``, which our first claim opened (``etcd_claiming``).
+
+        :meth:`opened_early` hands it to the newcomer's first attempt.
+        """
+        holder = self._holder_of(kv)
+        channel.keyed(self.channel_key())
+        self._early = (self._converse(kv, holder, channel), connected_ms)
+
+    def opened_early(self) -> tuple[socket.socket, int] | None:
+        """See :meth:`Backend.opened_early`: the conversation our first claim opened."""
+        early, self._early = self._early, None
+        return early
+
+    def _converse(self, kv: api.KeyValue, holder: HolderValue, channel: Channel) -> socket.socket:
+        """Bridge ``channel`` (to the reign ``kv``) to a socketpair; our end of it."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         last = self.last
         same = last is not None and last.incumbent.token == kv.mod_revision
         seen = last.seen if last is not None and same else time.monotonic()
         held = Held(kv.mod_revision, kv.lease, kv.value)
+        from highlander._shell.etcd_opened import Opened  # noqa: PLC0415
+
         opened = self.last = Opened(held, holder, channel, seen)
         self._opened[ours] = opened
         self.session.spawn(carry, channel, theirs)
@@ -281,11 +285,15 @@ class EtcdBackend:
 
     async def take_turn(self, settings: Settings, waiter: Waiter) -> None:
         """See :meth:`Backend.take_turn`: converse only while no older newcomer is queued."""
+        await self.turn().wait(waiter, settings.timeouts.hello + settings.timeouts.stall)
+
+    def turn(self) -> Turn:
+        """Our place in the project's queue (taken at its first :meth:`Turn.wait`, or a claim's)."""
         if self._turn is None:
             from highlander._etcd.queue import Turn  # noqa: PLC0415
 
             self._turn = Turn(self.session, self.root, f"{self.me.host}-{os.getpid()}", self.me)
-        await self._turn.wait(waiter, settings.timeouts.hello + settings.timeouts.stall)
+        return self._turn
 
     def leave_turn(self, *, holding: bool) -> None:
         """See :meth:`Backend.leave_turn`: our queue key deleted (else it goes with our lease)."""

@@ -79,6 +79,14 @@ class Backend(Protocol):
         host), and what blocks the meeting place, if anything does.
         """
 
+    def opened_early(self) -> tuple[socket.socket, int] | None:
+        """A conversation the claim opened already, and when (wall ms); once, else ``None``.
+
+        For a backend that does not dial early (its newcomers take turns):
+        etcd's first claim joins the queue and opens one in the same request
+        when nobody is queued before it.
+        """
+
     def open(self, settings: Settings) -> socket.socket | None:
         """A conversation with whoever serves the project; ``None`` if nobody does.
 

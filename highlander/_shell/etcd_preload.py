@@ -1,0 +1,65 @@
+"""What an etcd newcomer loads while etcd answers it: the conversation's code, in its waits.
+
+A fresh newcomer's own work before the holder's HELLO is mostly imports:
+the conversation's code and the cipher (cryptography's binding), some
+15 ms on the bench machine (docs/performance.md).  Meanwhile its thread sits idle three times, waiting
+for the lease grant, the watch and the claim.  So the claim path imports
+only what those requests need, and the rest is loaded in the waits, a step
+at a time (:meth:`highlander._etcd.session.Session.meanwhile`): the
+session's thread, which reads etcd's answer, needs the interpreter's lock,
+so an answer waits at most for the step under way.
+
+Steps are in the order they are needed.  A step that fails is not retried
+here: what it loads fails again where it is used, and says why there.
+A free claim leaves the rest undone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+#: Modules, in the order the newcomer needs them (the key and the cipher between).
+EARLY = (
+    "highlander._shell.etcd_opened",
+    "highlander._etcd.holding",
+)
+CONVERSATION = (
+    "highlander._shell.newcomer",
+    "highlander._shell.etcd_peer",
+    "highlander._host.key_cache",
+)
+LATE = ("highlander._shell.etcd_takeover",)
+
+
+def _importing(name: str) -> Callable[[], object]:
+    return lambda: __import__(name)
+
+
+def _cipher() -> None:
+    from highlander._core.sealing import load  # noqa: PLC0415 - the point is loading late
+
+    load()
+
+
+class Preload:
+    """The steps left; call it to run the next one (``False`` once none is left)."""
+
+    def __init__(self, channel_key: Callable[[], object]) -> None:
+        """``channel_key``: derives the project's channel key (and loads what that needs)."""
+        steps: list[Callable[[], object]] = [_importing(name) for name in EARLY]
+        steps.append(channel_key)
+        steps += [_importing(name) for name in CONVERSATION]
+        steps.append(_cipher)
+        steps += [_importing(name) for name in LATE]
+        steps.reverse()
+        self._steps = steps
+
+    def __call__(self) -> bool:
+        """Run the next step; whether any is left."""
+        if self._steps:
+            step = self._steps.pop()
+            try:
+                step()
+            except Exception:  # it fails again where it is needed, and says why there
+                self._steps.clear()
+        return bool(self._steps)
