@@ -39,13 +39,15 @@ FIX = (
 )
 #: The schemes git reaches another host with, and the port each implies.
 DEFAULT_PORTS = {"ssh": 22, "git+ssh": 22, "ssh+git": 22, "git": 9418, "http": 80, "https": 443}
-_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
-_HELPER = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*::")
+# Patterns, compiled at first use (``re`` keeps them): an explicit id, the etcd
+# newcomer's usual case, needs none, and compiling six at import cost ~1 ms.
+_SCHEME = r"([A-Za-z][A-Za-z0-9+.-]*)://"
+_HELPER = r"[A-Za-z][A-Za-z0-9+.-]*::"
 # git's own rule: scp-like when a colon comes before any slash.
-_SCP = re.compile(r"(?:[^@/]*@)?(\[[^\]/]*\]|[^:/\[\]]+):(.*)", re.DOTALL)
-_SECTION = re.compile(r'\s*\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\]|\\.)*)")?\s*\]')
-_KEY = re.compile(r"\s*([A-Za-z][A-Za-z0-9-]*)\s*(?:=(.*))?")
-_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:/*)?.*@", re.DOTALL)
+_SCP = r"(?s)(?:[^@/]*@)?(\[[^\]/]*\]|[^:/\[\]]+):(.*)"
+_SECTION = r'\s*\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\]|\\.)*)")?\s*\]'
+_KEY = r"\s*([A-Za-z][A-Za-z0-9-]*)\s*(?:=(.*))?"
+_USERINFO = r"(?s)^([A-Za-z][A-Za-z0-9+.-]*:/*)?.*@"
 _ESCAPES = {"n": "\n", "t": "\t", "b": "\b"}
 
 
@@ -75,12 +77,12 @@ def normalise_remote(url: str) -> str:
     local path or ``file://`` is a different repository on each host (or none).
     """
     text = url.strip()
-    scheme = _SCHEME.match(text)
+    scheme = re.match(_SCHEME, text)
     if scheme:
         host, path = _url_parts(scheme.group(1).lower(), text)
-    elif _HELPER.match(text):
+    elif re.match(_HELPER, text):
         raise _refused(text, "goes through a git remote helper")
-    elif scp := _SCP.fullmatch(text):
+    elif scp := re.fullmatch(_SCP, text):
         host, path = scp.group(1).lower(), scp.group(2)
         if host in DEFAULT_PORTS or host == "file":  # "https:/user:token@...", a URL mistyped
             raise _refused(text, "is not a valid URL")
@@ -117,7 +119,7 @@ _LOCAL = "is a local path, which is another repository (or none) on every other 
 
 def _refused(text: str, problem: str) -> ProjectIdError:
     # Hide up to the last '@' before cutting the query: a password may hold '/', '?' or '#'.
-    shown = _USERINFO.sub(r"\1***@", text).partition("?")[0].partition("#")[0]
+    shown = re.sub(_USERINFO, r"\1***@", text).partition("?")[0].partition("#")[0]
     return ProjectIdError(f"the remote {shown!r} {problem}: {FIX}")
 
 
@@ -207,14 +209,14 @@ def _remotes(config: str) -> dict[str, str]:
         line = first
         while (len(line) - len(line.rstrip("\\"))) % 2:  # an unescaped '\' continues the value
             line = line[:-1] + next(lines, "")
-        if head := _SECTION.match(line):
+        if head := re.match(_SECTION, line):
             section, subsection = head.group(1).lower(), head.group(2)
             if subsection is not None:
                 subsection = re.sub(r"\\(.)", r"\1", subsection)
             elif "." in section:  # the old [remote.origin] spelling
                 section, _, subsection = section.partition(".")
             line = line[head.end() :]
-        entry = _KEY.fullmatch(line)
+        entry = re.fullmatch(_KEY, line)
         if section != "remote" or subsection is None or not entry or not entry.group(2):
             continue
         if entry.group(1).lower() == "url" and (url := _value(entry.group(2))):

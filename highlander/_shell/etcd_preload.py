@@ -2,8 +2,8 @@
 
 A fresh newcomer's own work before the holder's HELLO is mostly imports:
 the conversation's code and the cipher (cryptography's binding), some
-15 ms on the bench machine (docs/performance.md).  Meanwhile its thread sits idle three times, waiting
-for the lease grant, the watch and the claim.  So the claim path imports
+15 ms on the bench machine (docs/performance.md).  Meanwhile its thread
+sits idle, waiting for the lease grant, the watch and the claim.  So the claim path imports
 only what those requests need, and the rest is loaded in the waits, a step
 at a time (:meth:`highlander._etcd.session.Session.meanwhile`): the
 session's thread, which reads etcd's answer, needs the interpreter's lock,
