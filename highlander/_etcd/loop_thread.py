@@ -183,9 +183,12 @@ class LoopThread:
         it returns ``False`` or the result is in (the result then waits for
         at most the step under way).
         """
+        return self.wait(self.spawn(fn, *args), meanwhile)
+
+    def wait(self, spawned: Spawned, meanwhile: Callable[[], bool] | None = None) -> Any:
+        """Wait for ``spawned``'s result (from another thread), ``meanwhile`` as in :meth:`call`."""
         if threading.get_ident() == self.loop.thread_id:
             raise RuntimeError("the etcd session's loop cannot wait for itself")
-        spawned = self.spawn(fn, *args)
         while meanwhile is not None and not spawned.done() and meanwhile():
             pass
         return spawned.result()

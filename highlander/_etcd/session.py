@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from highlander._etcd.opening import Opening
+    from highlander._host.settings import Settings
 
 HOST_VAR = "HIGHLANDER_HOST_ID"
 PREFIX_VAR = "HIGHLANDER_ETCD_PREFIX"
@@ -153,6 +154,8 @@ class Session:
         self._lock = threading.Lock()
         #: The thread that gave work to do while it waits, and the work (:meth:`meanwhile`).
         self._work: tuple[int, Callable[[], bool]] | None = None
+        #: The lease grant :meth:`begin` sent, until :meth:`lease_kept` takes its answer.
+        self._granting: Spawned | None = None
 
     def meanwhile(self, work: Callable[[], bool] | None) -> None:
         """Have the calling thread do ``work`` while it waits for etcd's answers (``None``: stop).
@@ -163,10 +166,12 @@ class Session:
         self._work = None if work is None else (threading.get_ident(), work)
 
     def _wait(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return self._waited(self._loop.spawn(fn, *args))
+
+    def _waited(self, spawned: Spawned) -> Any:
         work = self._work
-        if work is None or work[0] != threading.get_ident():
-            return self._loop.call(fn, *args)
-        return self._loop.call(fn, *args, meanwhile=work[1])
+        mine = work is not None and work[0] == threading.get_ident()
+        return self._loop.wait(spawned, work[1] if mine and work is not None else None)
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run the coroutine function ``fn(*args)`` on the session's loop and wait for it."""
@@ -215,17 +220,29 @@ class Session:
         if old_task is not None:
             old_task.cancel()
 
+    def begin(self) -> None:
+        """Send the lease grant (and the version check) now; :meth:`lease_kept` takes the answer.
+
+        A claim's caller starts them before it loads the rest of its code.
+        """
+        if self.keeper is None and self._granting is None:
+            self._check_version()
+            self._granting = self._loop.spawn(grant, self.client, self.ttl)
+
+    def _check_version(self) -> None:
+        if not self._checked_version:
+            # Beside the grant, not before it: the warning is for the log,
+            # and the claim need not wait a round trip for it.
+            self._checked_version = True
+            self._loop.spawn(_warn_if_old, self.client)
+
     def lease_kept(self, *, renew: bool = False) -> Keeper:
         """This session's lease, granted (and kept alive) at the first call.
 
         While not holding, a lease past its bound (or, with ``renew``, one etcd
         says is gone) is replaced by a new one.
         """
-        if not self._checked_version:
-            # Beside the grant, not before it: the warning is for the log,
-            # and the claim need not wait a round trip for it.
-            self._checked_version = True
-            self._loop.spawn(_warn_if_old, self.client)
+        self._check_version()
         stale = self.keeper is not None and (renew or not self.keeper.holds())
         if stale and self.held is None:
             # Not holding, and the lease ended (a stopped process, etcd lost it):
@@ -234,7 +251,10 @@ class Session:
             self.keeper.stop("replaced")
             self.keeper = None
         if self.keeper is None:
-            lease, clock = self._wait(grant, self.client, self.ttl)
+            granting, self._granting = self._granting, None
+            if granting is None:
+                granting = self._loop.spawn(grant, self.client, self.ttl)
+            lease, clock = self._waited(granting)
             self.keeper = Keeper(self.client, lease, clock)
             self._kept = self._loop.spawn(self.keeper.run)
             self._kept.add_done_callback(self._ended)
@@ -290,6 +310,18 @@ async def _warn_if_old(client: Client) -> None:
         warning = api.version_warning(status)
         if warning is not None:
             warn_once(f"etcd-version:{status.get('version')}", "etcd_version", detail=warning)
+
+
+def require_shared_token(settings: Settings) -> None:
+    """Refuse settings without one token shared by every host (:class:`ConfigurationError`).
+
+    A per-user secret file is another secret on every host: nobody could talk.
+    """
+    if not settings.shared_token():
+        raise ConfigurationError(
+            "the etcd backend needs one secret shared by every host: set "
+            "HIGHLANDER_TOKEN (or token=) to the same value on each"
+        )
 
 
 def session_for(

@@ -21,12 +21,19 @@ import socket
 import time
 import weakref
 
-from highlander._core.errors import ConfigurationError, EtcdError, ForeignHolderError
+from highlander._core.errors import EtcdError, ForeignHolderError
 from highlander._core.patience import Look
 from highlander._etcd import api
 from highlander._etcd.channel import Channel, carry, open_channel
 from highlander._etcd.claim import Held, counter_key
-from highlander._etcd.session import HolderValue, Session, app_root, holder_key, session_for
+from highlander._etcd.session import (
+    HolderValue,
+    Session,
+    app_root,
+    holder_key,
+    require_shared_token,
+    session_for,
+)
 from highlander._host.claim import Reign
 from highlander._host.event_log import Event, Outcome
 from highlander._host.identity import Expected, PeerCredentials, cmdline, run_state
@@ -58,17 +65,14 @@ class EtcdBackend:
     name = "etcd"
     dials_early = False  # its newcomers take turns first (take_turn)
 
-    def __init__(self, settings: Settings) -> None:
-        """A session with the cluster ``settings.backend`` names (nothing sent yet)."""
+    def __init__(self, settings: Settings, session: Session | None = None) -> None:
+        """A session with the cluster ``settings.backend`` names (or ``session``, begun)."""
         assert settings.backend is not None and settings.project_id is not None
-        if not settings.shared_token():
-            # A per-user secret file is another secret on every host: nobody could talk.
-            raise ConfigurationError(
-                "the etcd backend needs one secret shared by every host: set "
-                "HIGHLANDER_TOKEN (or token=) to the same value on each"
-            )
+        require_shared_token(settings)
         self.settings = settings
-        self.session: Session = session_for(settings.backend, settings.env, ttl=settings.lease_ttl)
+        if session is None:
+            session = session_for(settings.backend, settings.env, ttl=settings.lease_ttl)
+        self.session: Session = session
         self.root = app_root(settings.app, settings.project_id, settings.env)
         self.key = holder_key(self.root)
         self.counter = counter_key(self.key)
@@ -231,21 +235,10 @@ class EtcdBackend:
 
     def peer(self, sock: socket.socket) -> PeerCredentials:
         """See :meth:`Backend.peer`: the holder key's value, or the newcomer's opening key."""
+        from highlander._shell.etcd_peer import peer_of  # noqa: PLC0415
+
         opened = self._opened.get(sock)
-        if opened is not None:
-            return self._credentials(opened.holder)
-        incoming = self.peers.get(sock.getpeername())
-        value = HolderValue.decode(incoming.opening.value) if incoming else None
-        from highlander._host.identity import peer_credentials  # noqa: PLC0415
-
-        if value is None or peer_credentials(sock).pid != os.getpid():
-            return PeerCredentials(-1, -1, -1)  # not one of our bridges: refused by uid
-        return self._credentials(value)
-
-    def _credentials(self, value: HolderValue) -> PeerCredentials:
-        from highlander._shell.etcd_peer import credentials  # noqa: PLC0415
-
-        return credentials(value, local=self.local(value))
+        return peer_of(self, sock, opened.holder if opened is not None else None)
 
     def sees(self, sock: socket.socket) -> bool:
         """See :meth:`Backend.sees`: only a peer on this host and boot."""

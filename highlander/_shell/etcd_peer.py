@@ -8,9 +8,32 @@ from highlander._host.identity import PeerCredentials
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
+    import socket
+
     from highlander._core.messages import Hello
     from highlander._etcd.session import HolderValue
     from highlander._host.settings import Settings
+    from highlander._shell.etcd_backend import EtcdBackend
+
+
+def peer_of(
+    backend: EtcdBackend, sock: socket.socket, holder: HolderValue | None
+) -> PeerCredentials:
+    """Who is at the other end of ``sock`` (:meth:`Backend.peer`).
+
+    ``holder`` if we opened the conversation to it; else the newcomer whose
+    opening key one of our bridges carries; else nobody we let in.
+    """
+    if holder is not None:
+        return credentials(holder, local=backend.local(holder))
+    from highlander._etcd.session import HolderValue  # noqa: PLC0415
+    from highlander._host.identity import peer_credentials  # noqa: PLC0415
+
+    incoming = backend.peers.get(sock.getpeername())
+    value = HolderValue.decode(incoming.opening.value) if incoming else None
+    if value is None or peer_credentials(sock).pid != os.getpid():
+        return PeerCredentials(-1, -1, -1)  # not one of our bridges: refused by uid
+    return credentials(value, local=backend.local(value))
 
 
 def credentials(value: HolderValue, *, local: bool) -> PeerCredentials:
