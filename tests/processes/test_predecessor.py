@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.support.proctools import WAIT, Child, Children
+from tests.support.proctools import WAIT, Child, Children, wait_stopped
 
 SLOW_EXIT = {"hello": 2.0, "exit_grace": 30.0, "term_grace": 0.5}
 FAST_EXIT = {"hello": 2.0, "stall": 0.6, "exit_grace": 0.5, "term_grace": 0.5}
@@ -142,13 +142,18 @@ def _heir_by_a_verified_kill(kids: Children, **timeouts: float) -> tuple[Child, 
     assert second.wait_for("ready")["outcome"] == "succeeded"
     first.wait_for("deposed")
     os.kill(second.pid, signal.SIGSTOP)
+    # Stopped for real before its socket goes: kill() returns before every thread has
+    # stopped, and a holder republishes a deleted socket (CI: C then claimed_stale).
+    wait_stopped(second.pid)
     (sock,) = kids.runtime.glob("*.sock")
     sock.unlink()
     heir = kids.start(timeouts={**SLOW_EXIT, **timeouts})
     assert heir.wait_for("ready")["outcome"] == "claimed_free"
     assert second.finish()[0] == -signal.SIGKILL
     hung = [(e["pid"], e["peer_pid"], e["phase"]) for e in kids.events("hung")]
-    assert hung == [(heir.pid, second.pid, "socket")]
+    # With a short exit_grace the heir may also have found A hung by now (a loaded
+    # machine reads this late): A's end is the caller's to check, once it is over.
+    assert [h for h in hung if h[1] != first.pid] == [(heir.pid, second.pid, "socket")]
     return first, heir
 
 
@@ -170,6 +175,7 @@ def test_a_debt_of_exit_survives_a_replaced_lock_file_and_a_damaged_record(
     keeps a third."""
     first, heir = _heir_by_a_verified_kill(kids)
     os.kill(heir.pid, signal.SIGSTOP)
+    wait_stopped(heir.pid)  # else it may still see its lock file go and step down
     (lock,) = kids.runtime.glob("*.lock")
     lock.unlink()
     (state,) = kids.runtime.glob("*.state")

@@ -15,7 +15,7 @@ import pytest
 from highlander._core.deadlines import Timeouts
 from highlander._host.waiting import BLOCKING, run_blocking
 from highlander._shell.unreachable import end_unreachable_holder
-from tests.support.proctools import Children
+from tests.support.proctools import Children, wait_stopped
 
 FAST = {"hello": 0.5, "stall": 0.6, "ceiling": 1.5, "exit_grace": 0.5, "term_grace": 0.5}
 
@@ -140,6 +140,7 @@ def test_unreachable_holder_is_verified_through_its_lock_before_any_signal(
     first = kids.start()
     first.wait_for("ready")
     os.kill(first.pid, signal.SIGSTOP)
+    wait_stopped(first.pid)  # else it may republish the socket deleted next
     for sock in kids.runtime.glob("*.sock"):
         sock.unlink()
     ident = (Path(f"/proc/{bystander.pid}/stat").read_bytes().rsplit(b")", 1)[1]).split()
@@ -160,6 +161,7 @@ def test_unreachable_but_verified_holder_is_replaced(kids: Children) -> None:
     first = kids.start()
     first.wait_for("ready")
     os.kill(first.pid, signal.SIGSTOP)
+    wait_stopped(first.pid)  # else it may republish the socket deleted next
     for sock in kids.runtime.glob("*.sock"):
         sock.unlink()
     second = kids.start(timeouts=FAST)
@@ -207,7 +209,8 @@ def test_a_holder_whose_connection_queue_stays_full_is_verified_and_ended(kids: 
 
     holder = kids.start()
     holder.wait_for("ready")
-    os.kill(holder.pid, signal.SIGSTOP)  # it accepts nothing now
+    os.kill(holder.pid, signal.SIGSTOP)
+    wait_stopped(holder.pid)  # it accepts nothing now (kill() returns before it stops)
     (path,) = kids.runtime.glob("*.sock")
     fillers: list[socket.socket] = []
     try:
