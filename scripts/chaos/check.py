@@ -237,7 +237,10 @@ def _signals(who: Who, events: list[dict[str, Any]], found: Findings, taken: cur
     rendezvous was taken, from the newcomer it had sent SAVED to (its successor
     ends it when it misses its exit, as it would have without the wipe); or, from
     the holder of the moment, a deposed holder that acknowledged a successor
-    and outlived it (the exit its successor owed passes on with the record)."""
+    and outlived it (the exit its successor owed passes on with the record); or,
+    from anyone, a holder that acknowledged a successor but had not logged
+    ``relinquished`` yet (it lets go of the lock only after that line: stopped in
+    between, it still holds it, and the kernel names it the holder)."""
     gave = {
         (id(who.at_wall(e["pid"], e["ts"])), id(who.at_wall(e.get("peer_pid", -1), e["ts"])))
         for e in events
@@ -254,7 +257,7 @@ def _signals(who: Who, events: list[dict[str, Any]], found: Findings, taken: cur
     fair_terms: set[tuple[int, int]] = set()
     for e in events:
         kind = e["event"]
-        if kind in ("claimed", "acked"):
+        if kind in ("claimed", "acked", "relinquished"):
             line.see(e)
             continue
         if kind not in ("terminated", "killed"):

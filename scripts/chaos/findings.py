@@ -90,6 +90,9 @@ class Findings:
     #: Signals from the holder of the moment to a deposed holder whose successor
     #: ended before it had left (the exit owed, inherited through the record).
     inherited_exit_kills: int = 0
+    #: Signals to a holder that acknowledged a successor but had not logged
+    #: ``relinquished`` (so not let go of the lock) yet: stopped in between.
+    acked_holding: int = 0
     unlogged_deaths: list[str] = field(default_factory=list)
     bystanders_hurt: list[str] = field(default_factory=list)
     lost_handoffs: list[str] = field(default_factory=list)

@@ -137,6 +137,7 @@ class Report:
             f"{f.inherited_exit_kills}; to an incumbent already exiting: {f.late_signals}; to an "
             f"incumbent between its ACK or claim and its acquire line: {f.before_acquire}; "
             f"to a wiped holder from the newcomer it sent SAVED to: {f.stale_kills}; "
+            f"to a holder between its ACK and letting go of the lock: {f.acked_holding}; "
             f"SIGKILLs escalating such a fair SIGTERM: {f.escalations})",
             f"  deaths by a signal nobody logged (must be 0): {len(f.unlogged_deaths)}",
             f"  bystanders signalled (must be 0): {len(f.bystanders_hurt)}",

@@ -1,8 +1,8 @@
 """The incumbent as the chaos judge reads it from the event log (scripts/chaos/check.py).
 
-Split from check.py: :class:`Succession` follows ``claimed`` and ``acked``
-events to know who the incumbent was when a signal was sent, and which
-signals to a holder on its way out were fair.
+Split from check.py: :class:`Succession` follows ``claimed``, ``acked`` and
+``relinquished`` events to know who the incumbent was when a signal was
+sent, and which signals to a holder on its way out were fair.
 """
 
 from __future__ import annotations
@@ -24,8 +24,11 @@ class Succession:
         self.took_free = False
         #: successor -> the holder that acknowledged it.
         self.deposed_by: dict[int, Proc | None] = {}
-        #: Every holder that acknowledged a successor (it holds nothing from then on).
+        #: Every holder that acknowledged a successor (the successor may begin once it
+        #: has let go of the lock, right after its ``relinquished`` line).
         self.relinquished: set[int] = set()
+        #: Every holder whose ``relinquished`` line was seen: it may have let go.
+        self.let_go: set[int] = set()
 
     def leaving(self, target: Proc, signaller: Proc | None) -> str | None:
         """The :class:`Findings` counter that excuses a signal to a holder on its way out."""
@@ -37,11 +40,21 @@ class Succession:
             # A holder that acknowledged a successor and outlived it: the exit its
             # successor owed passes through the record to whoever holds now.
             return "inherited_exit_kills"
+        if id(target) in self.relinquished and id(target) not in self.let_go:
+            # Acknowledged, but stopped before it let go of the lock (it does so
+            # after its relinquished line): the kernel still names it the holder,
+            # so a newcomer's verified kill reaches the process that holds.
+            return "acked_holding"
         return None
 
     def see(self, e: dict[str, Any]) -> None:
-        """Follow one ``claimed`` or ``acked`` event."""
+        """Follow one ``claimed``, ``acked`` or ``relinquished`` event."""
         kind = e["event"]
+        if kind == "relinquished":
+            proc = self.who.at_wall(e["pid"], e["ts"])
+            if proc is not None:
+                self.let_go.add(id(proc))
+            return
         pid = e["pid"] if kind == "claimed" else e.get("peer_pid", -1)
         proc = self.who.at_wall(pid, e["ts"])
         acker = self.who.at_wall(e["pid"], e["ts"]) if kind == "acked" else None

@@ -3,14 +3,19 @@ sent out *after* the loss (before it noticed) counts, as the library waits for i
 
 from __future__ import annotations
 
+import signal
+import time
+from pathlib import Path
 from typing import Any
 
 from scripts.chaos.check import judge
 from scripts.chaos.etcd_check import lease_evidence
 from scripts.chaos.findings import Findings
 from scripts.chaos.log import Witness
+from scripts.chaos.process import Proc
 from scripts.chaos.schedule import TIMEOUTS
 from tests.chaos.test_chaos import _claimed, _proc
+from tests.support.proctools import Child, Children, wait_stopped
 
 SECOND = 1_000_000_000
 
@@ -115,11 +120,13 @@ def test_a_later_holder_may_end_a_deposed_holder_its_predecessor_owed_an_exit() 
     later = _proc(103, spawn=SECOND, exit_=9 * SECOND, rc=0, ready={"counter": 3})
     other = _proc(104, spawn=SECOND, exit_=9 * SECOND, rc=0, ready=None)
     acked = {"ts": 2.0, "event": "acked", "pid": 101, "peer_pid": 102}
+    # It let go of the lock (its on_deposed hangs after that line).
+    let_go = _relinquished(101, 2 * SECOND)
 
     def signals(acked_event: bool, by: int) -> Findings:
         events: list[dict[str, Any]] = [
             _claimed(101, 1 * SECOND, 1, "claimed_free"),
-            *([acked] if acked_event else []),
+            *([acked, let_go] if acked_event else []),
             _claimed(102, int(2.1 * SECOND), 2, "succeeded"),
             _claimed(103, 4 * SECOND, 3, "claimed_stale"),
             _kill(by, deposed, 5 * SECOND),
@@ -181,3 +188,101 @@ def test_a_successor_stopped_before_it_held_and_fenced_takes_the_state_with_it()
     # Fenced while it ran: nothing excuses the loss.
     found = _successor_fenced(stopped=False)
     assert len(found.lost_handoffs) == 1, found.lost_handoffs
+
+
+def _event(at: float, pid: int, event: str, **fields: Any) -> dict[str, Any]:
+    return {"ts": at, "event": event, "pid": pid, **fields}
+
+
+def _acked_then_stopped(relinquished_before_the_signal: bool) -> Findings:
+    """Recorded (real processes, tests/programs/child.py ``stop_after_event``): 32158
+    committed its handover to 32161, logged ``acked`` and was stopped before it let
+    go of the lock; its successor ended it (missed exit) and so did a newcomer, 32171,
+    that found it silent and still holding the lock (missed HELLO, verified)."""
+    holder = _proc(32158, spawn=0, exit_=2 * SECOND, rc=-9, ready={"counter": 1})
+    successor = _proc(32161, spawn=SECOND // 5, exit_=9 * SECOND, rc=0, ready={"counter": 2})
+    newcomer = _proc(32171, spawn=SECOND // 2, exit_=9 * SECOND, rc=0, ready={"counter": 3})
+    holder.start_time = 343895
+    t = {"peer_pid": 32158, "start_time": 343895}
+    events = [
+        _event(0.101, 32158, "claimed", outcome="claimed_free", generation=1),
+        _event(0.329, 32158, "saved", peer_pid=32161, generation=1),
+        _event(0.333, 32158, "acked", peer_pid=32161),
+        _event(0.840, 32161, "hung", peer_pid=32158, phase="exit"),
+        _event(0.840, 32161, "terminated", **t, signal="SIGTERM"),
+        _event(0.959, 32171, "timeout", peer_pid=32158, phase="hello", busy=False),
+        _event(0.972, 32171, "hung", peer_pid=32158, phase="hello"),
+        _event(0.975, 32171, "terminated", **t, signal="SIGTERM"),
+        _event(1.144, 32161, "killed", **t, signal="SIGKILL"),
+        _event(1.160, 32161, "claimed", outcome="succeeded", generation=2, peer_pid=32158),
+        _event(1.245, 32161, "acked", peer_pid=32171),
+        _event(1.246, 32161, "relinquished", peer_pid=32171, outcome="deposed", generation=2),
+        _event(1.249, 32171, "claimed", outcome="succeeded", generation=3, peer_pid=32161),
+    ]
+    if relinquished_before_the_signal:
+        events.insert(3, _event(0.334, 32158, "relinquished", peer_pid=32161, outcome="deposed"))
+    return judge([holder, successor, newcomer], events, [], [(0.0, 0)])
+
+
+def test_a_holder_stopped_between_its_ack_and_letting_go_may_be_ended_by_anyone() -> None:
+    """CI, seed 1: "SIGTERM from pid 30436 to pid 30416: not the incumbent (pid 30421
+    was)".  A holder logs ``acked`` before it lets go of the lock (then
+    ``relinquished``, then the lock): stopped in between, it still holds the project
+    as far as the kernel can tell, and the newcomer's verified kill is fair."""
+    found = _acked_then_stopped(relinquished_before_the_signal=False)
+    assert found.wrong_signals == []
+    assert (found.exit_kills, found.acked_holding, found.escalations) == (1, 1, 1)
+    # Once it has logged relinquished it may have let go: the same signal is wrong.
+    found = _acked_then_stopped(relinquished_before_the_signal=True)
+    assert found.wrong_signals == [
+        "SIGTERM from pid 32171 to pid 32158: not the incumbent (pid 32161 was)"
+    ]
+    assert found.acked_holding == 0
+
+
+def _as_run(child: Child, spawn_wall: float, end_wall: float) -> Proc:
+    """``child`` as the harness would have known it (wall clock as the monotonic one)."""
+    start_time = int(Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    return Proc(
+        role="child",
+        popen=child.proc,
+        pidfd=-1,
+        start_time=start_time,
+        step=0,
+        spawn_ns=int(spawn_wall * 1e9),
+        spawn_wall=spawn_wall,
+        exit_ns=int(end_wall * 1e9),
+        exit_wall=end_wall,
+    )
+
+
+def test_a_newcomer_may_end_a_holder_stopped_between_its_ack_and_letting_go(
+    kids: Children,
+) -> None:
+    """The recorded sequence above, made again: the holder stops right after its
+    ``acked`` line; its successor waits (a long exit_grace) and a newcomer that finds
+    it silent ends it, verified (it still holds the lock).  The judge agrees."""
+    began = time.time()
+    holder = kids.start(stop_after_event="acked")
+    holder.wait_for("ready")
+    procs = [_as_run(holder, began, began + 3600)]
+    successor = kids.start(timeouts={"exit_grace": 30.0})
+    procs.append(_as_run(successor, time.time(), began + 3600))
+    holder.wait_for("stopped_after")
+    wait_stopped(holder.pid)
+    newcomer = kids.start(timeouts={"hello": 0.5, "term_grace": 0.3})
+    procs.append(_as_run(newcomer, time.time(), began + 3600))
+    assert successor.wait_for("ready")["outcome"] == "succeeded"
+    assert newcomer.wait_for("ready")["outcome"] == "succeeded"
+    assert holder.finish()[0] == -signal.SIGKILL  # stopped: SIGTERM stays pending
+    events = kids.events()
+    acked = [(e["pid"], e["peer_pid"]) for e in events if e["event"] == "acked"]
+    assert acked[0] == (holder.pid, successor.pid)
+    assert not [e for e in events if e["event"] == "relinquished" and e["pid"] == holder.pid]
+    signals = [(e["pid"], e["peer_pid"], e["signal"]) for e in events if "signal" in e]
+    assert signals == [(newcomer.pid, holder.pid, "SIGTERM"), (newcomer.pid, holder.pid, "SIGKILL")]
+    procs[0].exit_wall, procs[0].exit_ns = time.time(), int(time.time() * 1e9)
+    procs[0].returncode = -signal.SIGKILL
+    found = judge(procs, events, [], [(0.0, 0)])
+    assert found.wrong_signals == []
+    assert (found.acked_holding, found.escalations) == (1, 1)

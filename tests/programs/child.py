@@ -281,6 +281,33 @@ def why_deposed() -> str:
     return "check_current() passed"
 
 
+def stop_after_event() -> None:
+    """``stop_after_event``: right after the library logged that event (``"acked"``: as
+    an incumbent that has just committed a handover, before it lets go of the lock),
+    report ``stopped_after`` and stop with a real SIGSTOP, from the thread that logged
+    it (the test resumes or ends it)."""
+    name = cfg.get("stop_after_event")
+    if not name:
+        return
+    import signal
+    import threading
+
+    from highlander._host.event_log import EventLog
+
+    real = EventLog._write
+
+    def _write(self: EventLog, event: Any, record: dict[str, Any]) -> dict[str, Any]:
+        written = real(self, event, record)
+        if record.get("event") == name and self.path is not None:
+            report(event="stopped_after", what=name)
+            # At this thread: kill(getpid()) would wake the main thread to stop the
+            # process, and this one would run on (let go of the lock) meanwhile.
+            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+        return written
+
+    EventLog._write = _write  # type: ignore[method-assign]
+
+
 def pause_before_ack() -> None:
     """As a newcomer, between taking SAVED's descriptors and sending ACK_SUCCESSION:
     ``{"delay": s}`` sleeps (a slow newcomer), ``{"stop": true}`` reports
@@ -393,6 +420,7 @@ def report_error(exc: BaseException) -> None:
 
 def main() -> None:
     mirror_events()
+    stop_after_event()
     pause_before_ack()
     etcd_faults.install(cfg, report)
     apply_limits_and_faults()
