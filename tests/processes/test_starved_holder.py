@@ -5,6 +5,14 @@ one CPU with a busy loop at nice -20, so the kernel gives them about 35 us of
 CPU a second while the loop runs.  Its serving thread is runnable (``R``) and
 gains no CPU time: the newcomer spares it, since ``ceiling`` counts the CPU
 time a silent holder uses, not the wall time it is kept waiting.
+
+"About 35 us a second" is an average, not a bound: woken beside the loop, a
+thread at ``SCHED_IDLE`` often gets a millisecond or so at once.  A holder's
+first HELLO costs it about 8 ms of CPU here and never came within 2 s (10
+tries); after one conversation a HELLO costs under 1 ms, and the starved
+holder sent it within 4 ms in 6 of 10 tries.  A faster machine's first HELLO
+may fit too, so a test whose scenario is a missed HELLO checks that it
+happened, and sets it up again (bounded) when the newcomer got its HELLO.
 """
 
 from __future__ import annotations
@@ -16,12 +24,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from highlander._core.deadlines import QUEUED_EVIDENCE, STARVED_CAP, Sample, spared_busy, starved
 from highlander._host.identity import run_state
-from tests.support.proctools import Child, Children
+from tests.support.proctools import WAIT, Child, Children
 
 TIMEOUTS = {"hello": 0.3, "stall": 0.6, "ceiling": 2.0, "exit_grace": 1.0, "term_grace": 0.5}
 
@@ -48,65 +57,117 @@ def _feed(pid: int) -> None:
             os.sched_setaffinity(tid, os.sched_getaffinity(0))
 
 
+def _all_starved(pid: int, cpu: int) -> bool:
+    """Whether every thread of ``pid`` is at ``SCHED_IDLE`` on ``cpu`` alone, now."""
+    for tid in _threads(pid):
+        with contextlib.suppress(ProcessLookupError):  # ended meanwhile (see _starve)
+            if os.sched_getscheduler(tid) != os.SCHED_IDLE or os.sched_getaffinity(tid) != {cpu}:
+                return False
+    return True
+
+
+#: The busy loop: it says when it spins, so nothing is started before it does.
+SPIN = "import os\nos.write(1, b'spinning\\n')\nwhile True: pass\n"
+
+
 @contextlib.contextmanager
 def _hog(holder: Child, cpu: int) -> Iterator[Callable[[], None]]:
     """The holder's threads at ``SCHED_IDLE`` on ``cpu`` beside a nice -20 busy loop.
 
-    Yields a call that starves threads born since.  On the way out the loop
-    is ended by its pid and the holder, if alive, gets its CPUs back.
+    Yields once the loop spins and every thread of the holder is starved (a
+    thread born while the threads were listed inherits its creator's old
+    policy: listed again until none is left out); the call it yields starves
+    threads born since.  On the way out the loop is ended by its pid and the
+    holder, if alive, gets its CPUs back.
     """
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    hog = subprocess.Popen([sys.executable, "-c", SPIN], stdout=subprocess.PIPE)
     try:
         os.sched_setaffinity(hog.pid, {cpu})
         os.setpriority(os.PRIO_PROCESS, hog.pid, -20)
+        assert hog.stdout is not None and hog.stdout.readline() == b"spinning\n"
+        hang_guard = time.monotonic() + WAIT
         _starve(holder.pid, cpu)
+        while not _all_starved(holder.pid, cpu):
+            assert time.monotonic() < hang_guard, f"pid {holder.pid} could not be starved"
+            _starve(holder.pid, cpu)
         yield lambda: _starve(holder.pid, cpu)
     finally:
         hog.kill()
-        hog.wait()
+        hog.communicate()
         if holder.proc.poll() is None:
             _feed(holder.pid)
 
 
-def _missed_hello(kids: Children) -> bool:
-    return any(e.get("phase") == "hello" for e in kids.events("timeout"))
+def _missed_hello(kids: Children, newcomer: Child, holder: Child) -> bool | None:
+    """Whether the newcomer's first conversation with the holder ended in a missed HELLO
+    (``True``) or got HELLO in time (``False``); ``None`` while it has done neither."""
+    for e in kids.events():
+        if (e["pid"], e.get("peer_pid")) != (newcomer.pid, holder.pid):
+            continue
+        if e["event"] == "timeout" and e.get("phase") == "hello":
+            return True
+        if e["event"] == "hello":
+            return False
+    return None
 
 
 def _log(kids: Children) -> str:
     return "\n".join(str(e) for e in kids.events())
 
 
-@pytest.mark.timeout(120)
-def test_a_holder_starved_past_the_ceiling_is_spared_and_hands_over(kids: Children) -> None:
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2 or not hasattr(os, "SCHED_IDLE"):
-        pytest.skip("needs two CPUs (one to starve the holder on, one for the newcomer)")
-    victim_cpu, other = cpus[0], set(cpus[1:])
+#: Rounds of the scenario at most (see the module docstring: a HELLO in time).
+ROUNDS = 3
+
+
+def _starved_past_the_ceiling(kids: Children, victim_cpu: int, other: set[int]) -> bool:
+    """One handover from a holder starved before the newcomer's HELLO; whether the
+    newcomer saw it miss HELLO.  Either way nobody is signalled and it hands over."""
     holder = kids.start(timeouts=TIMEOUTS, save="normal", steps=1, hold=600)
     holder.wait_for("ready")
     time.sleep(0.5)  # let its serving side start: what follows is starvation, not start-up
     with _hog(holder, victim_cpu) as starve:
         newcomer = kids.start(timeouts=TIMEOUTS)
         os.sched_setaffinity(newcomer.pid, other)
-        # Once the newcomer has seen the holder miss HELLO, starve it for twice
-        # the ceiling more: the old rule (wall time) ended it after one.
         hang_guard = time.monotonic() + 60
-        until = None
-        while newcomer.proc.poll() is None and time.monotonic() < hang_guard:
+        missed = None
+        while missed is None:
+            assert newcomer.proc.poll() is None, _log(kids)
+            assert time.monotonic() < hang_guard, "neither HELLO nor a missed one\n" + _log(kids)
             time.sleep(0.05)
             starve()  # threads born meanwhile starve too
-            if until is None and _missed_hello(kids):
-                until = time.monotonic() + 2 * TIMEOUTS["ceiling"]
-            if until is not None and time.monotonic() > until:
-                break
-        assert until is not None, "the newcomer never saw the starved holder miss HELLO"
+            missed = _missed_hello(kids, newcomer, holder)
+        # Once the newcomer has seen the holder miss HELLO, starve it for twice
+        # the ceiling more: the old rule (wall time) ended it after one.
+        until = time.monotonic() + 2 * TIMEOUTS["ceiling"]
+        while missed and newcomer.proc.poll() is None and time.monotonic() < until:
+            time.sleep(0.05)
+            starve()
     report = newcomer.wait_for("ready")
     assert report["outcome"] == "succeeded", _log(kids)
     status, _, err = holder.finish()
     assert status == 0, err.decode()
     signalled = [e for e in kids.events() if e["event"] in ("terminated", "killed")]
     assert signalled == [], _log(kids)
-    assert [e for e in kids.events("timeout") if e.get("busy")], _log(kids)
+    if missed:
+        assert [e for e in kids.events("timeout") if e.get("busy")], _log(kids)
+    return missed
+
+
+@pytest.mark.timeout(120 * ROUNDS)
+def test_a_holder_starved_past_the_ceiling_is_spared_and_hands_over(tmp_path: Path) -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2 or not hasattr(os, "SCHED_IDLE"):
+        pytest.skip("needs two CPUs (one to starve the holder on, one for the newcomer)")
+    victim_cpu, other = cpus[0], set(cpus[1:])
+    for attempt in range(ROUNDS):
+        (tmp_path / f"round{attempt}").mkdir()
+        kids = Children(tmp_path / f"round{attempt}")
+        try:
+            if _starved_past_the_ceiling(kids, victim_cpu, other):
+                return
+        finally:
+            kids.cleanup()
+    raise AssertionError(f"the newcomer never saw the starved holder miss HELLO ({ROUNDS} rounds)")
 
 
 @pytest.mark.timeout(120)
