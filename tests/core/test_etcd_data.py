@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from highlander._core.errors import ConfigurationError
 from highlander._etcd import api
@@ -218,3 +223,18 @@ def test_an_etcd_older_than_3_5_13_is_warned_about(version: str, warned: bool) -
     assert (warning is not None) == warned
     if warned and version[:1].isdigit():
         assert "older than 3.5.13" in warning  # type: ignore[operator]
+
+
+@given(st.binary(max_size=512))
+def test_the_gateways_base64_is_the_stdlibs(data: bytes) -> None:
+    """binascii's codecs, as ``base64.b64encode`` / ``b64decode(validate=True)`` call them."""
+    assert api.b64(data) == base64.b64encode(data).decode("ascii")
+    assert api.unb64(api.b64(data)) == data
+
+
+@pytest.mark.parametrize("text", ["a", "YQ", "YQ=", "Y Q==", "YQ==\n", "YQ==YQ==", "é"])
+def test_what_base64_refuses_is_malformed(text: str) -> None:
+    with pytest.raises(binascii.Error if text.isascii() else ValueError):
+        base64.b64decode(text, validate=True)
+    with pytest.raises(api.MalformedAnswer):
+        api.unb64(text)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import struct
 import subprocess
 import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from highlander._core import sealing
 from highlander._core.signing import derive_key
@@ -123,3 +126,8 @@ def test_sealing_loads_neither_typing_nor_cryptographys_python_helpers() -> None
         [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=True
     )
     assert ran.stdout.strip() == "[]", ran.stdout + ran.stderr
+
+
+@given(st.sampled_from([sealing.NEWCOMER, sealing.INCUMBENT]), st.integers(0, 2**64 - 1))
+def test_a_nonce_is_the_direction_three_zeros_and_the_number(direction: int, number: int) -> None:
+    assert sealing._nonce(direction, number) == struct.pack(">BxxxQ", direction, number)
