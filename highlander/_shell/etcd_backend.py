@@ -19,10 +19,8 @@ import contextlib
 import os
 import socket
 import time
-import weakref
 
 from highlander._core.errors import EtcdError, ForeignHolderError
-from highlander._core.patience import Look
 from highlander._etcd import api
 from highlander._etcd.channel import Channel, carry, open_channel
 from highlander._etcd.claim import Held, counter_key
@@ -48,6 +46,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
     from highlander._core.findings import Setback
     from highlander._core.messages import Hello, Saved
+    from highlander._core.patience import Look
     from highlander._etcd.holding import Incoming
     from highlander._etcd.queue import Turn
     from highlander._host.waiting import Waiter
@@ -77,7 +76,9 @@ class EtcdBackend:
         self.key = holder_key(self.root)
         self.counter = counter_key(self.key)
         self.me = HolderValue.mine(settings.app, settings.env)._replace(ttl=settings.lease_ttl)
-        self._opened: weakref.WeakKeyDictionary[socket.socket, Opened] = weakref.WeakKeyDictionary()
+        #: The conversations we opened, by our end (pruned of closed ones at each open:
+        #: a plain dict, since importing weakref cost the claim path a millisecond).
+        self._opened: dict[socket.socket, Opened] = {}
         self.peers: dict[bytes, Incoming] = {}
         #: The holder key as the last claim read it (the next open talks to that reign).
         self._found: api.KeyValue | None = None
@@ -142,6 +143,8 @@ class EtcdBackend:
 
     def look(self, settings: Settings, now: float) -> Look:
         """See :meth:`Backend.look`: the holder key; ``/proc`` only on the same host."""
+        from highlander._core.patience import Look  # noqa: PLC0415 - after a setback only
+
         record = self.holder(settings)
         if record is None:
             return Look(now=now)
@@ -197,6 +200,7 @@ class EtcdBackend:
         from highlander._shell.etcd_opened import Opened  # noqa: PLC0415
 
         opened = self.last = Opened(held, holder, channel, seen)
+        self._opened = {end: one for end, one in self._opened.items() if end.fileno() != -1}
         self._opened[ours] = opened
         self.session.spawn(carry, channel, theirs)
         # The holder is still answering our `here`: time to load the cipher its
