@@ -16,7 +16,6 @@ signal to another host).
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import time
 
@@ -27,8 +26,6 @@ from highlander._etcd.claim import Held, counter_key
 from highlander._etcd.session import (
     HolderValue,
     Session,
-    app_root,
-    holder_key,
     require_shared_token,
     session_for,
 )
@@ -38,7 +35,7 @@ from highlander._host.identity import Expected, PeerCredentials, cmdline, run_st
 from highlander._host.record import HolderRecord
 from highlander._host.settings import Settings
 from highlander._shell.etcd_claiming import claim
-from highlander._shell.etcd_key import ChannelKey
+from highlander._shell.etcd_first import Place
 
 # The conversation's modules are not imported here: a newcomer loads them while
 # etcd answers its first requests (highlander._shell.etcd_preload).
@@ -48,9 +45,9 @@ if TYPE_CHECKING:
     from highlander._core.messages import Hello, Saved
     from highlander._core.patience import Look
     from highlander._etcd.holding import Incoming
-    from highlander._etcd.queue import Turn
     from highlander._host.waiting import Waiter
     from highlander._shell.client import Greeting, Silent
+    from highlander._shell.etcd_first import First
     from highlander._shell.etcd_opened import Opened
     from highlander._shell.incumbent import Incumbent
 
@@ -64,18 +61,27 @@ class EtcdBackend:
     name = "etcd"
     dials_early = False  # its newcomers take turns first (take_turn)
 
-    def __init__(self, settings: Settings, session: Session | None = None) -> None:
-        """A session with the cluster ``settings.backend`` names (or ``session``, begun)."""
+    def __init__(
+        self,
+        settings: Settings,
+        session: Session | None = None,
+        place: Place | None = None,
+        first: First | None = None,
+    ) -> None:
+        """A session with the cluster ``settings.backend`` names (nothing sent yet).
+
+        Or, from :func:`highlander._shell.etcd_first.start`: its ``session``, begun,
+        the project's ``place`` (our keys there) and the ``first`` request's answer.
+        """
         assert settings.backend is not None and settings.project_id is not None
         require_shared_token(settings)
         self.settings = settings
         if session is None:
             session = session_for(settings.backend, settings.env, ttl=settings.lease_ttl)
         self.session: Session = session
-        self.root = app_root(settings.app, settings.project_id, settings.env)
-        self.key = holder_key(self.root)
+        self.ours = place if place is not None else Place(settings, session)
+        self.root, self.key, self.me = self.ours.root, self.ours.key, self.ours.me
         self.counter = counter_key(self.key)
-        self.me = HolderValue.mine(settings.app, settings.env)._replace(ttl=settings.lease_ttl)
         #: The conversations we opened, by our end (pruned of closed ones at each open:
         #: a plain dict, since importing weakref cost the claim path a millisecond).
         self._opened: dict[socket.socket, Opened] = {}
@@ -90,13 +96,13 @@ class EtcdBackend:
         #: The generation and handoff of a reign that sent us SAVED, while no
         #: conclusion settled it: a claim that begins the very next reign carries it.
         self.saved: tuple[int, dict[str, object] | None] | None = None
-        self._key = ChannelKey(settings)
-        #: Our place in the project's queue of newcomers (:mod:`highlander._etcd.queue`).
-        self._turn: Turn | None = None
+        self._key = self.ours.channel_key
+        #: The first request's answer, until the first claim takes it (``etcd_claiming``).
+        self.first = first
+        #: Whether no claim was made yet (a newcomer's first sends that request).
+        self.unclaimed = True
         #: The conversation our first claim opened, and when (``etcd_claiming``).
         self._early: tuple[socket.socket, int] | None = None
-        #: Whether no claim was made yet (the first may open a conversation).
-        self.first = True
 
     # -- claim, holder, look ------------------------------------------------------------
 
@@ -111,7 +117,7 @@ class EtcdBackend:
     def found(self, kv: api.KeyValue) -> None:
         """A claim found ``kv`` holding: the next open talks to it (checked: a holder's value)."""
         self._holder_of(kv)
-        self._found = kv if self._early is None else None  # an early conversation has it
+        self._found = kv
 
     def _holder_of(self, kv: api.KeyValue) -> HolderValue:
         holder = HolderValue.decode(kv.value)
@@ -181,6 +187,7 @@ class EtcdBackend:
 
         :meth:`opened_early` hands it to the newcomer's first attempt.
         """
+        self._found = None  # the conversation talks to it
         holder = self._holder_of(kv)
         channel.keyed(self.channel_key())
         self._early = (self._converse(kv, holder, channel), connected_ms)
@@ -282,20 +289,11 @@ class EtcdBackend:
 
     async def take_turn(self, settings: Settings, waiter: Waiter) -> None:
         """See :meth:`Backend.take_turn`: converse only while no older newcomer is queued."""
-        await self.turn().wait(waiter, settings.timeouts.hello + settings.timeouts.stall)
-
-    def turn(self) -> Turn:
-        """Our place in the project's queue (taken at its first :meth:`Turn.wait`, or a claim's)."""
-        if self._turn is None:
-            from highlander._etcd.queue import Turn  # noqa: PLC0415
-
-            self._turn = Turn(self.session, self.root, f"{self.me.host}-{os.getpid()}", self.me)
-        return self._turn
+        await self.ours.turn.wait(waiter, settings.timeouts.hello + settings.timeouts.stall)
 
     def leave_turn(self, *, holding: bool) -> None:
         """See :meth:`Backend.leave_turn`: our queue key deleted (else it goes with our lease)."""
-        if self._turn is not None:
-            self._turn.leave(wait=not holding)
+        self.ours.turn.leave(wait=not holding)
 
     # -- the handover ---------------------------------------------------------------------
 

@@ -1,13 +1,14 @@
-"""What an etcd newcomer loads while etcd answers it: the conversation's code, in its waits.
+"""What an etcd newcomer loads while etcd answers it: the backend's and the conversation's code.
 
 A fresh newcomer's own work before the holder's HELLO is mostly imports:
-the conversation's code and the cipher (cryptography's binding), some
-15 ms on the bench machine (docs/performance.md).  Meanwhile its thread
-sits idle, waiting for the lease grant, the watch and the claim.  So the claim path imports
-only what those requests need, and the rest is loaded in the waits, a step
-at a time (:meth:`highlander._etcd.session.Session.meanwhile`): the
-session's thread, which reads etcd's answer, needs the interpreter's lock,
-so an answer waits at most for the step under way.
+the etcd backend, the conversation's code and the cipher (cryptography's
+binding), some 15 ms on the bench machine (docs/performance.md).  Its
+first request (:mod:`highlander._shell.etcd_first`) needs little of it, so
+that request goes out first and the rest is loaded while the thread would
+wait for the lease grant, the watch and the claim, a step at a time
+(:meth:`highlander._etcd.session.Session.meanwhile`): the session's thread,
+which reads etcd's answer, needs the interpreter's lock, so an answer waits
+at most for the step under way.
 
 Steps are in the order they are needed.  A step that fails is not retried
 here: what it loads fails again where it is used, and says why there.
@@ -20,13 +21,13 @@ from collections.abc import Callable
 
 #: Modules, in the order the newcomer needs them (the key and the cipher between).
 EARLY = (
+    "highlander._shell.etcd_backend",
     "highlander._shell.etcd_opened",
     "highlander._etcd.holding",
 )
 CONVERSATION = (
     "highlander._shell.newcomer",
     "highlander._shell.etcd_peer",
-    "highlander._host.key_cache",
 )
 LATE = ("highlander._shell.etcd_takeover",)
 
@@ -44,11 +45,12 @@ def _cipher() -> None:
 class Preload:
     """The steps left; call it to run the next one (``False`` once none is left)."""
 
-    def __init__(self, channel_key: Callable[[], object]) -> None:
-        """``channel_key``: derives the project's channel key (and loads what that needs)."""
+    def __init__(self, channel_key: Callable[[], object], frames_key: Callable[[], object]) -> None:
+        """``channel_key``, ``frames_key``: derive the project's two keys, loading what they use."""
         steps: list[Callable[[], object]] = [_importing(name) for name in EARLY]
         steps.append(channel_key)
         steps += [_importing(name) for name in CONVERSATION]
+        steps.append(frames_key)
         steps.append(_cipher)
         steps += [_importing(name) for name in LATE]
         steps.reverse()

@@ -47,6 +47,8 @@ async def keep_watch(backend: EtcdBackend, incumbent: Incumbent) -> None:
     from highlander._shell import etcd_peer  # noqa: F401, PLC0415 - what a HELLO's check needs
 
     load()
+    # The frames' key (and the key cache's module): the first HELLO waited for it.
+    incumbent.settings.key()
     listener = incumbent.reign.listener.sock.getsockname()
     admitted = session.spawn(
         let_in, session, backend.root, held.token, backend.channel_key(), listener,

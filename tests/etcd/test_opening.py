@@ -23,6 +23,7 @@ from highlander._etcd.claim import Held, claim_reign, mark_released
 from highlander._etcd.opening import Opening
 from highlander._etcd.queue import join, queue_prefix
 from highlander._host.settings import Settings
+from highlander._shell.backend import backend_for
 from highlander._shell.etcd_backend import EtcdBackend
 from tests.etcd.test_claim_count import Counting, _lease, _value
 from tests.etcd.test_handle import SETTLE, Hosts, _in_this_process, hosts
@@ -142,13 +143,16 @@ async def test_the_holders_watch_sees_the_here_of_the_claim(etcd: Cluster) -> No
         assert (kv.key, kv.lease, kv.mod_revision) == (opening.here[0], newcomer, opening.revision)
 
 
+@pytest.mark.parametrize("made", ["for a claim", "plain"])
 def test_a_newcomers_first_claim_hands_its_first_attempt_an_open_conversation(
-    hosts: Hosts, monkeypatch: pytest.MonkeyPatch
+    hosts: Hosts, monkeypatch: pytest.MonkeyPatch, made: str
 ) -> None:
     """The backend in this process as a newcomer on its own host; the holder a real child.
 
-    Its first claim leaves a conversation open (the early dial of the seam),
-    whose first frame is the holder's HELLO, and its place in the queue taken.
+    Its first claim (sent as the backend is made for a claim, ``backend_for``;
+    or at the claim, for a backend made plain) leaves a conversation open (the
+    early dial of the seam), whose first frame is the holder's HELLO, and its
+    place in the queue taken.
     """
     _in_this_process(hosts, monkeypatch)
     holder = hosts.start("h1")
@@ -157,14 +161,15 @@ def test_a_newcomers_first_claim_hands_its_first_attempt_an_open_conversation(
     settings = Settings.resolve(
         app="child", project=None, mode=None, token=None, timeouts=None, runtime_dir=None
     )
-    newcomer = EtcdBackend(settings)
+    newcomer = backend_for(settings) if made == "for a claim" else EtcdBackend(settings)
+    assert isinstance(newcomer, EtcdBackend)
     try:
         assert newcomer.claim(settings) is None  # held by the child
         early = newcomer.opened_early()
         assert early is not None
         sock, _ = early
         assert newcomer.opened_early() is None  # handed out once
-        assert newcomer.turn().revision is not None  # joined with the claim
+        assert newcomer.ours.turn.revision is not None  # joined with the claim
         sock.settimeout(SETTLE)  # a hang guard: the holder answers at once
         frames = FrameDecoder()
         while isinstance(body := frames.next_frame(), NeedData):

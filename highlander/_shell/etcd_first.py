@@ -1,0 +1,160 @@
+"""An etcd newcomer's first request, sent before the rest of the backend's code loads.
+
+A fresh newcomer's own work is mostly loading code (the backend, the
+conversation, the cipher: docs/performance.md), and its first request, the
+claim, needs little of it.  So :func:`start` opens the session and sends the
+first request at once, and the rest loads while etcd answers
+(:mod:`highlander._shell.etcd_preload`).  What the request does is
+:mod:`highlander._etcd.opening`'s: the conversation's watch is opened beside
+the lease grant (a watch must exist before the holder can answer), then the
+claim goes out with our queue place and our ``here`` on its failure branch.
+The backend takes its answer as its first claim's
+(:func:`highlander._shell.etcd_claiming.claim`).
+
+If the watch does not open within the client's budget, the claim goes out
+plain and the newcomer queues and opens as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+
+from highlander._etcd import api
+from highlander._etcd.channel import Channel, newcomer_side
+from highlander._etcd.claim import Held
+from highlander._etcd.opening import Opening
+from highlander._etcd.queue import Turn
+from highlander._etcd.session import HolderValue, Session, app_root, holder_key
+from highlander._host.modes import Mode
+from highlander._shell.etcd_key import ChannelKey
+from highlander._shell.etcd_preload import Preload
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from highlander._etcd.loop_thread import Spawned
+    from highlander._host.settings import Settings
+    from highlander._shell.etcd_backend import EtcdBackend
+
+
+class Place:
+    """Where this process meets the project's holders, and who it says it is."""
+
+    __slots__ = ("channel_key", "key", "me", "root", "turn")
+
+    def __init__(self, settings: Settings, session: Session) -> None:
+        """The project's keys for ``settings`` (nothing is sent)."""
+        assert settings.project_id is not None
+        self.root = app_root(settings.app, settings.project_id, settings.env)
+        self.key = holder_key(self.root)
+        self.me = HolderValue.mine(settings.app, settings.env)._replace(ttl=settings.lease_ttl)
+        self.channel_key = ChannelKey(settings)
+        #: Our place in the project's queue of newcomers (taken by a claim or a turn).
+        self.turn = Turn(session, self.root, f"{self.me.host}-{os.getpid()}", self.me)
+
+    def value_for(self, since_ms: int) -> Callable[[int], bytes]:
+        """The holder key's value for reign ``generation``, begun at ``since_ms``."""
+        return lambda generation: self.me._replace(
+            generation=generation, since_ms=since_ms
+        ).encode()
+
+
+class First:
+    """What the first request found: its answer (or error), and what it opened."""
+
+    __slots__ = ("channel", "connected_ms", "error", "opening", "result", "since_ms")
+
+    def __init__(self, since_ms: int, channel: Channel) -> None:
+        """A first request begun at ``since_ms`` (wall) with ``channel`` (not yet listening)."""
+        self.since_ms = since_ms
+        self.channel = channel
+        self.connected_ms = since_ms
+        self.opening: Opening | None = None
+        self.result: Held | api.KeyValue | None = None
+        self.error: BaseException | None = None
+
+
+def start(settings: Settings) -> EtcdBackend:
+    """The backend for a claim: its session begun, and a newcomer's first request answered."""
+    from highlander._etcd.session import require_shared_token, session_for  # noqa: PLC0415
+
+    require_shared_token(settings)
+    assert settings.backend is not None
+    session = session_for(settings.backend, settings.env, ttl=settings.lease_ttl)
+    try:
+        session.begin()
+        place = Place(settings, session)
+        first = send(session, settings, place) if settings.mode is Mode.AUTO else None
+        from highlander._shell.etcd_backend import EtcdBackend  # noqa: PLC0415
+
+        return EtcdBackend(settings, session, place, first)
+    except BaseException:
+        session.close()  # a prefix refused, say: the lease granted meanwhile is revoked
+        raise
+
+
+def send(session: Session, settings: Settings, place: Place) -> First:
+    """Send the first request (see the module docstring); the code loads in its waits."""
+    first = First(int(time.time() * 1000), newcomer_side(session.client, place.root, 0, None))
+    listening = session.spawn(first.channel.listen, 0)
+    # The frames' key, not stored in the key cache: the claim may find the project free,
+    # and a holder leaves no file (deriving it is four HMACs now, as fast as reading one).
+    session.meanwhile(Preload(place.channel_key.get, settings.key))
+    try:
+        _send(session, place, first, listening)
+    except Exception as exc:  # the claim raises it, where a claim's errors are handled
+        first.error = exc
+    finally:
+        session.meanwhile(None)
+    return first
+
+
+def _send(session: Session, place: Place, first: First, listening: Spawned) -> None:
+    channel, value_for = first.channel, place.value_for(first.since_ms)
+    try:
+        keeper = session.lease_kept()
+    except BaseException:
+        listening.cancel()
+        session.spawn(channel.close)
+        raise
+    try:
+        listening.result(timeout=session.client.budget)
+    except Exception:  # no watch (etcd is slow, or refused it): claim plainly
+        listening.cancel()
+        session.spawn(channel.close)
+        first.result = session.claim_reign(place.key, value_for)
+        return
+    channel.lease = keeper.lease
+    opening = first.opening = Opening(
+        place.root,
+        place.key,
+        (place.turn.key, place.turn.value),
+        (channel.here_key(), place.me.encode()),
+        keeper.lease,
+    )
+    first.connected_ms = int(time.time() * 1000)
+    try:
+        first.result = session.claim_reign(place.key, value_for, opening)
+    except BaseException:
+        session.spawn(drop, channel, place.turn.key)
+        raise
+    if isinstance(first.result, Held):
+        session.spawn(drop, channel, place.turn.key)
+        return
+    if opening.queued:
+        place.turn.joined(opening.revision, opening.found)
+    if not opening.spoke:
+        session.spawn(drop, channel)
+        first.opening = None  # no conversation to take up
+    else:
+        channel.announced(opening.revision)
+
+
+async def drop(channel: Channel, *also: bytes) -> None:
+    """Close a conversation we will not hold: its watch, its keys, and ``also``."""
+    await channel.close()
+    with contextlib.suppress(Exception):  # they ride on our lease otherwise
+        await channel.forget(*also)
