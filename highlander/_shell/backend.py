@@ -189,8 +189,17 @@ def backend_for(settings: Settings) -> Backend:
     """The backend ``settings`` choose: this machine, or the etcd cluster they name."""
     if settings.backend is None:
         return LOCAL
-    # The session first, and a newcomer's first request sent, while the rest of
-    # the etcd backend's code loads (etcd users only).
-    from highlander._shell.etcd_first import start  # noqa: PLC0415
+    # The session first and its lease grant sent, then a newcomer's first request,
+    # while the rest of the etcd backend's code loads (etcd users only).
+    from highlander._etcd.session import require_shared_token, session_for  # noqa: PLC0415
 
-    return start(settings)
+    require_shared_token(settings)
+    session = session_for(settings.backend, settings.env, ttl=settings.lease_ttl)
+    session.begin()
+    try:
+        from highlander._shell.etcd_first import start  # noqa: PLC0415
+
+        return start(settings, session)
+    except BaseException:
+        session.close()  # a prefix refused, say: the lease granted meanwhile is revoked
+        raise

@@ -2,8 +2,9 @@
 
 A fresh newcomer's own work is mostly loading code (the backend, the
 conversation, the cipher: docs/performance.md), and its first request, the
-claim, needs little of it.  So :func:`start` opens the session and sends the
-first request at once, and the rest loads while etcd answers
+claim, needs little of it.  So the session is opened and its lease grant
+sent first (``backend_for``), then :func:`start` sends the first request,
+and the rest loads while etcd answers
 (:mod:`highlander._shell.etcd_preload`).  What the request does is
 :mod:`highlander._etcd.opening`'s: the conversation's watch is opened beside
 the lease grant (a watch must exist before the holder can answer), then the
@@ -77,23 +78,13 @@ class First:
         self.error: BaseException | None = None
 
 
-def start(settings: Settings) -> EtcdBackend:
-    """The backend for a claim: its session begun, and a newcomer's first request answered."""
-    from highlander._etcd.session import require_shared_token, session_for  # noqa: PLC0415
+def start(settings: Settings, session: Session) -> EtcdBackend:
+    """The backend for a claim on ``session`` (begun), with a newcomer's first request answered."""
+    place = Place(settings, session)
+    first = send(session, settings, place) if settings.mode is Mode.AUTO else None
+    from highlander._shell.etcd_backend import EtcdBackend  # noqa: PLC0415
 
-    require_shared_token(settings)
-    assert settings.backend is not None
-    session = session_for(settings.backend, settings.env, ttl=settings.lease_ttl)
-    try:
-        session.begin()
-        place = Place(settings, session)
-        first = send(session, settings, place) if settings.mode is Mode.AUTO else None
-        from highlander._shell.etcd_backend import EtcdBackend  # noqa: PLC0415
-
-        return EtcdBackend(settings, session, place, first)
-    except BaseException:
-        session.close()  # a prefix refused, say: the lease granted meanwhile is revoked
-        raise
+    return EtcdBackend(settings, session, place, first)
 
 
 def send(session: Session, settings: Settings, place: Place) -> First:
