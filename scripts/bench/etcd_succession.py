@@ -32,23 +32,29 @@ from pathlib import Path
 from highlander._host.backend_choice import DEFAULT_TTL
 from scripts.bench.cases import wait_until_quiet
 from scripts.bench.children import Children, check_exit, children, newcomer, write_child_script
-from scripts.bench.env import BenchError, stderr_to
+from scripts.bench.env import REPO, BenchError, stderr_to
 from tests.support.etcd_cluster import Cluster, start_cluster
 
 
-def one_succession(kids: Children, cluster: Cluster) -> tuple[float, float]:
+def one_succession(
+    kids: Children, cluster: Cluster, tree: str | None = None
+) -> tuple[float, float]:
     """One holder on host A deposed by one fresh newcomer on host B.
 
     Returns the newcomer's ``acquire()`` and its HELLO -> claimed, in ms.
+    ``tree``: both children import Highlander from that checkout instead.
     """
     project = f"bench.example/{uuid.uuid4().hex}"
 
     def on(host: str) -> dict[str, str]:
-        return {
+        env = {
             "HIGHLANDER_BACKEND": cluster.backend,
             "HIGHLANDER_PROJECT_ID": project,
             "HIGHLANDER_HOST_ID": host,
         }
+        if tree is not None:
+            env["PYTHONPATH"] = tree
+        return env
 
     holder = kids.start("holder", (), on("host-a"))
     ready = holder.expect("ready")
@@ -101,6 +107,28 @@ def measure(base: Path, cluster: Cluster, runs: int) -> list[tuple[float, float]
         return [one_succession(kids, cluster) for _ in range(runs)]
 
 
+def measure_against(
+    base: Path, cluster: Cluster, runs: int, other: str
+) -> tuple[list[float], list[float]]:
+    """``runs`` pairs, this tree and ``other`` in turn (order alternating): each's ``acquire()``.
+
+    On a machine whose speed drifts by tens of percent within the hour, only
+    interleaved pairs compare two versions (docs/performance.md).
+    """
+    script = write_child_script(base)
+    here = str(REPO)
+    ours: list[float] = []
+    theirs: list[float] = []
+    with children(base, "etcd-succession-ab", script) as kids:
+        for tree in (here, other):  # warm-up: each tree's bytecode
+            one_succession(kids, cluster, tree)
+        pairs = ((ours, here), (theirs, other))
+        for n in range(runs):
+            for samples, tree in pairs if n % 2 == 0 else pairs[::-1]:
+                samples.append(one_succession(kids, cluster, tree)[0])
+    return ours, theirs
+
+
 def measure_failover(base: Path, cluster: Cluster, runs: int) -> list[float]:
     """``runs`` failovers after a SIGKILL (each about one lease TTL)."""
     script = write_child_script(base)
@@ -113,7 +141,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--failovers", type=int, default=10)
+    parser.add_argument(
+        "--against",
+        metavar="CHECKOUT",
+        help="compare with another checkout (a git worktree): RUNS interleaved pairs, no failover",
+    )
     args = parser.parse_args()
+    if args.against is not None:
+        return _against(args.runs, str(Path(args.against).resolve()))
     base = Path(tempfile.mkdtemp(prefix="hl-bench-etcd-succession-"))
     sys.pycache_prefix = str(base / "pycache")
     try:
@@ -141,6 +176,31 @@ def main() -> int:
             f"| failover: SIGKILL -> a fresh newcomer holds (TTL {DEFAULT_TTL} s) "
             f"| {statistics.median(ms):.0f} | {p90:.0f} | {len(ms)} | {target:.0f} |"
         )
+    return 0
+
+
+def _against(runs: int, other: str) -> int:
+    base = Path(tempfile.mkdtemp(prefix="hl-bench-etcd-ab-"))
+    sys.pycache_prefix = str(base / "pycache")
+    try:
+        cluster = start_cluster(base / "etcd")
+        try:
+            with stderr_to(base / "library-stderr.log"):
+                ours, theirs = measure_against(base, cluster, runs, other)
+        finally:
+            cluster.close()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    diffs = [a - b for a, b in zip(ours, theirs, strict=True)]
+    print("| fresh newcomer's acquire(), interleaved | median ms | min ms | n |")
+    print("|---|---:|---:|---:|")
+    for name, ms in ((str(REPO), ours), (other, theirs)):
+        print(f"| {name} | {statistics.median(ms):.1f} | {min(ms):.1f} | {len(ms)} |")
+    faster = sum(d < 0 for d in diffs)
+    print(
+        f"| this tree minus the other, paired | {statistics.median(diffs):+.1f} | "
+        f"faster in {faster} of {len(diffs)} | {len(diffs)} |"
+    )
     return 0
 
 

@@ -1,4 +1,4 @@
-"""``make bench``'s etcd steps (scripts/bench/etcd.py) still run against the library.
+"""``make bench``'s etcd scripts still run against the library.
 
 The script drives the floor's functions directly (claim, commit, the
 channel), so a change of their signatures breaks it without breaking any
@@ -8,12 +8,16 @@ Two rounds each, against the suite's cluster; no time is asserted.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from pathlib import Path
+
 import pytest
 
+from scripts.bench.env import REPO
 from scripts.bench.etcd import measure
+from scripts.bench.etcd_succession import measure_against
 from tests.support.etcd_cluster import Cluster
-
-pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
@@ -21,6 +25,7 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.mark.anyio
 async def test_every_step_of_the_etcd_bench_runs(etcd: Cluster) -> None:
     rows = await measure(etcd, 2)
     names = [row.split("|")[1].strip() for row in rows]
@@ -36,3 +41,18 @@ async def test_every_step_of_the_etcd_bench_runs(etcd: Cluster) -> None:
     for row in rows:
         median = float(row.split("|")[2])
         assert median > 0
+
+
+@pytest.mark.timeout(300)
+def test_the_succession_bench_runs_interleaved(etcd: Cluster) -> None:
+    """``scripts.bench.etcd_succession --against``: both trees hand over, each its own sample.
+
+    Against this very checkout (the comparison's code path, not a comparison).
+    A short scratch directory: pytest's own is too long for a socket path.
+    """
+    base = Path(tempfile.mkdtemp(prefix="hl-ab-"))
+    try:
+        ours, theirs = measure_against(base, etcd, 1, str(REPO))
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    assert len(ours) == len(theirs) == 1
