@@ -134,6 +134,8 @@ class Client:
         self.timeout = timeout
         self.budget = budget
         self._current = 0
+        #: POSTs sent so far, answered or not (a caller tells a retried write by it).
+        self.posts = 0
         self._tokens: dict[str, str] = {}
         self._http: Pool | None = None
 
@@ -250,6 +252,7 @@ class Client:
     ) -> api.Json:
         """One POST; its JSON object, or :class:`_Retry` / :class:`EtcdError`."""
         assert self._http is not None, "use the client as `async with Client(...)`"
+        self.posts += 1
         try:
             status, raw = await self._http.post(url, _encode(body), _headers(headers), timeout)
         except TransportError as exc:

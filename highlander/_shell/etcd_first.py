@@ -127,13 +127,17 @@ def _send(session: Session, place: Place, first: First, listening: Spawned) -> N
         keeper.lease,
     )
     first.connected_ms = int(time.time() * 1000)
+    posts = session.client.posts
     try:
         first.result = session.claim_reign(place.key, value_for, opening)
     except BaseException:
         session.spawn(drop, channel, place.turn.key)
         raise
     if isinstance(first.result, Held):
-        session.spawn(drop, channel, place.turn.key)
+        if session.client.posts - posts == 1 and not opening.queued:
+            session.spawn(channel.close)  # one answer, the success branch: nothing else written
+        else:  # a lost attempt may have taken the failure branch
+            session.spawn(drop, channel, place.turn.key)
         return
     if opening.queued:
         place.turn.joined(opening.revision, opening.found)
