@@ -298,8 +298,9 @@ class EtcdBackend:
     # -- the handover ---------------------------------------------------------------------
 
     def prepare_conclusion(self) -> None:
-        """See :meth:`Backend.prepare_conclusion`: the takeover's modules."""
-        import highlander._shell.etcd_takeover  # noqa: F401, PLC0415 - the point is the import
+        """See :meth:`Backend.prepare_conclusion`: the takeover's modules, and the reign's."""
+        import highlander._etcd.holding  # noqa: PLC0415 - the point is the import
+        import highlander._shell.etcd_takeover  # noqa: F401, PLC0415
 
     async def conclude(
         self, settings: Settings, greeting: Greeting, saved: Saved, fds: list[int], started: float

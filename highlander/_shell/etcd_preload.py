@@ -23,13 +23,13 @@ from collections.abc import Callable
 EARLY = (
     "highlander._shell.etcd_backend",
     "highlander._shell.etcd_opened",
-    "highlander._etcd.holding",
 )
 CONVERSATION = (
     "highlander._shell.newcomer",
     "highlander._shell.etcd_peer",
 )
-LATE = ("highlander._shell.etcd_takeover",)
+#: After HELLO: the takeover's code and the reign's (also loaded while the holder saves).
+LATE = ("highlander._shell.etcd_takeover", "highlander._etcd.holding")
 
 
 def _importing(name: str) -> Callable[[], object]:
