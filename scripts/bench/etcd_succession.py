@@ -27,13 +27,17 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from highlander._host.backend_choice import DEFAULT_TTL
 from scripts.bench.cases import wait_until_quiet
 from scripts.bench.children import Children, check_exit, children, newcomer, write_child_script
 from scripts.bench.env import REPO, BenchError, stderr_to
 from tests.support.etcd_cluster import Cluster, start_cluster
+
+T = TypeVar("T")
 
 
 def one_succession(
@@ -149,18 +153,13 @@ def main() -> int:
     args = parser.parse_args()
     if args.against is not None:
         return _against(args.runs, str(Path(args.against).resolve()))
-    base = Path(tempfile.mkdtemp(prefix="hl-bench-etcd-succession-"))
-    sys.pycache_prefix = str(base / "pycache")
-    try:
-        cluster = start_cluster(base / "etcd")
-        try:
-            with stderr_to(base / "library-stderr.log"):
-                samples = measure(base, cluster, args.runs)
-                failovers = measure_failover(base, cluster, args.failovers)
-        finally:
-            cluster.close()
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    samples, failovers = _on_a_cluster(
+        "hl-bench-etcd-succession-",
+        lambda base, cluster: (
+            measure(base, cluster, args.runs),
+            measure_failover(base, cluster, args.failovers),
+        ),
+    )
     print("| succession across hosts on etcd, trivial save | median ms | p90 ms | n | target |")
     print("|---|---:|---:|---:|---:|")
     names = ("fresh newcomer's acquire()", "its HELLO -> claimed (the handover)")
@@ -179,18 +178,25 @@ def main() -> int:
     return 0
 
 
-def _against(runs: int, other: str) -> int:
-    base = Path(tempfile.mkdtemp(prefix="hl-bench-etcd-ab-"))
+def _on_a_cluster(prefix: str, run: Callable[[Path, Cluster], T]) -> T:
+    """``run(scratch, cluster)`` on a 3-member cluster started here; both gone afterwards."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
     sys.pycache_prefix = str(base / "pycache")
     try:
         cluster = start_cluster(base / "etcd")
         try:
             with stderr_to(base / "library-stderr.log"):
-                ours, theirs = measure_against(base, cluster, runs, other)
+                return run(base, cluster)
         finally:
             cluster.close()
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _against(runs: int, other: str) -> int:
+    ours, theirs = _on_a_cluster(
+        "hl-bench-etcd-ab-", lambda base, cluster: measure_against(base, cluster, runs, other)
+    )
     diffs = [a - b for a, b in zip(ours, theirs, strict=True)]
     print("| fresh newcomer's acquire(), interleaved | median ms | min ms | n |")
     print("|---|---:|---:|---:|")

@@ -47,6 +47,13 @@ def _opening(client: Counting, root: bytes, lease: int) -> Opening:
     return Opening(root, root + b"holder", (place, b"me"), (channel.here_key(), b"here"), lease)
 
 
+async def _held(client: Counting, root: bytes) -> int:
+    """Claim the project at ``root`` on a lease of its own (the holder's); the lease."""
+    lease = await _lease(client)
+    assert isinstance(await claim_reign(client, root + b"holder", lease, _value), Held)
+    return lease
+
+
 async def _keys(client: Counting, prefix: bytes) -> tuple[api.KeyValue, ...]:
     return api.got(await client.call("/v3/kv/range", api.get(prefix, prefix=True)))[1]
 
@@ -67,8 +74,7 @@ async def test_a_held_project_with_nobody_queued_is_joined_and_spoken_to_at_once
 ) -> None:
     root = _root()
     async with Counting(etcd) as client:
-        holder, newcomer = await _lease(client), await _lease(client)
-        await claim_reign(client, root + b"holder", holder, _value)
+        holder, newcomer = await _held(client, root), await _lease(client)
         result, opening, asked = await _first_claim(client, root, newcomer)
         assert isinstance(result, api.KeyValue) and result.lease == holder
         assert (asked, opening.queued, opening.spoke) == (1, True, True)
@@ -84,8 +90,8 @@ async def test_a_held_project_with_a_newcomer_queued_is_joined_without_a_word(
 ) -> None:
     root = _root()
     async with Counting(etcd) as client:
-        holder, older, newcomer = await _lease(client), await _lease(client), await _lease(client)
-        await claim_reign(client, root + b"holder", holder, _value)
+        await _held(client, root)
+        older, newcomer = await _lease(client), await _lease(client)
         ahead = queue_prefix(root) + b"older/1"
         await join(client, root, ahead, b"older", older)
         result, opening, asked = await _first_claim(client, root, newcomer)
@@ -131,10 +137,10 @@ async def test_a_counted_free_project_takes_a_second_request_and_writes_nothing_
 async def test_the_holders_watch_sees_the_here_of_the_claim(etcd: Cluster) -> None:
     root = _root()
     async with Counting(etcd) as client:
-        holder, newcomer = await _lease(client), await _lease(client)
-        held = await claim_reign(client, root + b"holder", holder, _value)
-        assert isinstance(held, Held)
-        opened = incoming(client, root, held.token)
+        await _held(client, root)
+        newcomer = await _lease(client)
+        _, kvs = api.got(await client.call("/v3/kv/range", api.get(root + b"holder")))
+        opened = incoming(client, root, kvs[0].mod_revision)
         try:
             _, opening, _ = await _first_claim(client, root, newcomer)
             _, kv = await anext(opened)
