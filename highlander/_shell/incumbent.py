@@ -40,7 +40,7 @@ from highlander._host.tasks import Closed
 from highlander._shell.admission import hello as greeting
 from highlander._shell.admission import other_app, policy, status_reply
 from highlander._shell.backend import LOCAL
-from highlander._shell.saving import SaveFlight, SaveHook, describe_failure
+from highlander._shell.saving import SaveFlight, SaveHook, SuccessorLeft, describe_failure
 from highlander._shell.serving_guard import ServingFailed, ServingGuard, Slot, describe, step_down
 from highlander._shell.sessions import Sessions, answer_attach
 from highlander._shell.watch import watch_parent
@@ -302,6 +302,9 @@ class Incumbent:
         try:
             handoff = await self._save().follow(sock, conn)
             saved = Saved(handoff=handoff, generation=self.reign.record.generation)
+        except SuccessorLeft:  # not our successor any more: the next SAVE joins the run
+            events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="save", reason="successor left")
+            return
         except Exception as exc:  # the hook's failure is reported, never fatal to the holder
             detail = describe_failure(exc)
             await self._refuse(sock, conn, Reason.INTERNAL, detail)

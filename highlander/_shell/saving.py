@@ -15,6 +15,13 @@ the save.  The hook's own exception is kept whole (:attr:`SaveFlight.error`)
 so the refusal names it (:func:`describe_failure`: type and message, the
 leaves of an exception group), and its traceback goes to the holder's stderr
 once per run (``save_hook_failed``).
+
+A follower also watches its conversation for the newcomer's end: a newcomer
+that left (killed, or gone after judging the save stalled) is no longer the
+holder's successor, even while a hung hook reports nothing that would fail
+to reach it (:class:`SuccessorLeft`).  Otherwise the holder would answer
+every later newcomer BUSY in the name of the one that left, and none could
+join the run and judge it.
 """
 
 from __future__ import annotations
@@ -37,6 +44,13 @@ if TYPE_CHECKING:
     from highlander._host.waiting import Flag, Runtime, TaskGroup
 
 SaveHook = Callable[[Progress], Any]
+
+
+class SuccessorLeft(Exception):  # noqa: N818 - an event, not a failure of ours
+    """The newcomer a save was for ended its conversation before SAVED.
+
+    The run goes on (the next request joins it); the conversation is over.
+    """
 
 
 class SaveFlight:
@@ -95,11 +109,30 @@ class SaveFlight:
         """
         runtime = self.runtime
         await send_message(sock, conn, ProgressReport(counter=0, note="saving"), runtime)
-        sent = 0
+        left = runtime.flag()
+        failure: Exception | None = None
+        async with runtime.group() as tasks:
+            tasks.spawn(self._notice_leaving, sock, left)
+            try:
+                await self._pump(sock, conn, left)
+            except Exception as exc:  # raised below: anyio's group would wrap it in a group
+                failure = exc
+            tasks.cancel()
+        if failure is not None:
+            raise failure
+        if self.error is not None:
+            raise self.error
+        return self.handoff
+
+    async def _pump(self, sock: socket.socket, conn: Connection, left: Flag) -> None:
+        """Send each new state of the progress until the run ends (or the newcomer left)."""
+        runtime, sent = self.runtime, 0
         while True:
             wake = runtime.flag()
             self._wakes.append(wake)
             try:
+                if left.is_set():
+                    raise SuccessorLeft("the newcomer ended its conversation during the save")
                 state = self.progress.state
                 if state.counter > sent:
                     step = ProgressReport(state.counter, state.done, state.total, state.note)
@@ -107,13 +140,33 @@ class SaveFlight:
                     sent = state.counter
                     continue
                 if not self.running:
-                    break
+                    return
                 await wake.wait()
             finally:
                 self._wakes.remove(wake)
-        if self.error is not None:
-            raise self.error
-        return self.handoff
+
+    async def _notice_leaving(self, sock: socket.socket, left: Flag) -> None:
+        """Set ``left`` (and wake the follower) when the newcomer's end of ``sock`` is gone.
+
+        The protocol has the newcomer send nothing between SAVE and SAVED, so
+        readable means its end of stream (or a reset); a byte that comes
+        anyway is left for the reader after SAVED to judge.
+        """
+        while True:
+            try:
+                await self.runtime.readable(sock)
+                data = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:  # reset: gone as surely as an end of stream
+                data = b""
+            except Exception:  # the socket closed under us (Closed): the follower sees to it
+                return
+            if data:
+                return
+            left.set()
+            self._wake_all()
+            return
 
 
 #: Frames of a failed hook's traceback kept on stderr (the innermost ones).

@@ -254,3 +254,35 @@ def test_a_holder_that_claimed_after_a_recordless_patience_ran_out_is_left_alone
     time.sleep(0.2)  # a SIGTERM would have landed by now
     assert holder.proc.poll() is None
     assert [e for e in kids.events() if e["event"] in ("hung", "terminated", "killed")] == []
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_newcomer_killed_during_a_hung_save_leaves_no_successor_behind(
+    kids: Children, api: str
+) -> None:
+    # The hook stops advancing after two steps and never returns.  The first
+    # newcomer (patient: it would wait ten minutes) is SIGKILLed mid-save; the
+    # holder must stop calling it its successor, or it answers every later
+    # newcomer BUSY in a dead process's name and none can judge the save.
+    saves = kids.witness.with_name("saves.log")
+    first = kids.start(
+        steps=2, step_delay=0.05, save="stall", save_witness=str(saves), **{"async": api == "async"}
+    )
+    first.wait_for("ready")
+    patient = kids.start(timeouts={**FAST, "stall": 600.0, "ceiling": 1200.0})
+    deadline = time.monotonic() + 30  # a hang guard
+    while not [e for e in kids.events("progress") if e["pid"] == patient.pid and e["counter"] == 2]:
+        assert time.monotonic() < deadline, "the patient newcomer saw no progress"
+        time.sleep(0.02)
+    os.kill(patient.pid, signal.SIGKILL)
+    assert patient.finish()[0] == -signal.SIGKILL
+    second = kids.start(timeouts=FAST)
+    report = second.wait_for("ready")
+    assert report["outcome"] == "claimed_stale"
+    assert not [e for e in kids.events("busy") if e.get("successor_pid") == patient.pid]
+    left = [e for e in kids.events("timeout") if e.get("reason") == "successor left"]
+    assert [(e["pid"], e["peer_pid"]) for e in left][:1] == [(first.pid, patient.pid)]
+    # The second newcomer joined the same run of the hook and judged it stalled.
+    assert [(e["pid"], e["phase"]) for e in kids.events("hung")] == [(second.pid, "stall")]
+    # One run of the hook, never two at once (it never ended: SIGTERM took the holder).
+    assert [line.split()[0] for line in saves.read_text().splitlines()] == ["start"]

@@ -85,11 +85,21 @@ def _gated(behaviour: str) -> bool:
 
 
 async def async_save(progress: Progress) -> dict[str, Any]:
+    save_witness("start")
+    try:
+        return await _async_save(progress)
+    finally:
+        save_witness("end")
+
+
+async def _async_save(progress: Progress) -> dict[str, Any]:
     import anyio
 
     for i in range(int(cfg.get("steps", 3))):
         await anyio.sleep(float(cfg.get("step_delay", 0.01)))
         progress.advance(f"step {i}")
+    if cfg.get("save") == "stall":
+        await anyio.sleep(3600)
     if cfg.get("save") == "raise":
         raise ValueError(f"disk on fire in {os.getpid()}")
     if cfg.get("save") == "raise_group":
