@@ -75,20 +75,29 @@ SPIN = "import os\nos.write(1, b'spinning\\n')\nwhile True: pass\n"
 
 
 @contextlib.contextmanager
-def _hog(holder: Child, cpu: int) -> Iterator[Callable[[], None]]:
-    """The holder's threads at ``SCHED_IDLE`` on ``cpu`` beside a nice -20 busy loop.
-
-    Yields once the loop spins and every thread of the holder is starved (a
-    thread born while the threads were listed inherits its creator's old
-    policy: listed again until none is left out); the call it yields starves
-    threads born since.  On the way out the loop is ended by its pid and the
-    holder, if alive, gets its CPUs back.
-    """
+def _spin(cpu: int) -> Iterator[None]:
+    """A nice -20 busy loop on ``cpu``, spinning before this yields; ended by its pid."""
     hog = subprocess.Popen([sys.executable, "-c", SPIN], stdout=subprocess.PIPE)
     try:
         os.sched_setaffinity(hog.pid, {cpu})
         os.setpriority(os.PRIO_PROCESS, hog.pid, -20)
         assert hog.stdout is not None and hog.stdout.readline() == b"spinning\n"
+        yield
+    finally:
+        hog.kill()
+        hog.communicate()
+
+
+@contextlib.contextmanager
+def _starved(holder: Child, cpu: int) -> Iterator[Callable[[], None]]:
+    """The holder's threads at ``SCHED_IDLE`` on ``cpu`` (where :func:`_spin` spins).
+
+    Yields once every thread of the holder is starved (a thread born while the
+    threads were listed inherits its creator's old policy: listed again until
+    none is left out); the call it yields starves threads born since.  On the
+    way out the holder, if alive, gets its CPUs back.
+    """
+    try:
         hang_guard = time.monotonic() + WAIT
         _starve(holder.pid, cpu)
         while not _all_starved(holder.pid, cpu):
@@ -96,10 +105,15 @@ def _hog(holder: Child, cpu: int) -> Iterator[Callable[[], None]]:
             _starve(holder.pid, cpu)
         yield lambda: _starve(holder.pid, cpu)
     finally:
-        hog.kill()
-        hog.communicate()
         if holder.proc.poll() is None:
             _feed(holder.pid)
+
+
+@contextlib.contextmanager
+def _hog(holder: Child, cpu: int) -> Iterator[Callable[[], None]]:
+    """:func:`_starved` beside a :func:`_spin` loop started for it."""
+    with _spin(cpu), _starved(holder, cpu) as starve:
+        yield starve
 
 
 def _missed_hello(kids: Children, newcomer: Child, holder: Child) -> bool | None:
@@ -126,26 +140,28 @@ ROUNDS = 3
 def _starved_past_the_ceiling(kids: Children, victim_cpu: int, other: set[int]) -> bool:
     """One handover from a holder starved before the newcomer's HELLO; whether the
     newcomer saw it miss HELLO.  Either way nobody is signalled and it hands over."""
-    holder = kids.start(timeouts=TIMEOUTS, save="normal", steps=1, hold=600)
-    holder.wait_for("ready")
-    # Starved at once, while its serving side loads (see the module docstring).
-    with _hog(holder, victim_cpu) as starve:
-        newcomer = kids.start(timeouts=TIMEOUTS)
-        os.sched_setaffinity(newcomer.pid, other)
-        hang_guard = time.monotonic() + 60
-        missed = None
-        while missed is None:
-            assert newcomer.proc.poll() is None, _log(kids)
-            assert time.monotonic() < hang_guard, "neither HELLO nor a missed one\n" + _log(kids)
-            time.sleep(0.05)
-            starve()  # threads born meanwhile starve too
-            missed = _missed_hello(kids, newcomer, holder)
-        # Once the newcomer has seen the holder miss HELLO, starve it for twice
-        # the ceiling more: the old rule (wall time) ended it after one.
-        until = time.monotonic() + 2 * TIMEOUTS["ceiling"]
-        while missed and newcomer.proc.poll() is None and time.monotonic() < until:
-            time.sleep(0.05)
-            starve()
+    with _spin(victim_cpu):
+        # Starved the moment it holds, while its serving side loads (see the module
+        # docstring): the loop spins already, so no fast machine's start-up beats it.
+        holder = kids.start(timeouts=TIMEOUTS, save="normal", steps=1, hold=600)
+        holder.wait_for("ready")
+        with _starved(holder, victim_cpu) as starve:
+            newcomer = kids.start(timeouts=TIMEOUTS)
+            os.sched_setaffinity(newcomer.pid, other)
+            hang_guard = time.monotonic() + 60
+            missed = None
+            while missed is None:
+                assert newcomer.proc.poll() is None, _log(kids)
+                assert time.monotonic() < hang_guard, f"neither HELLO nor a miss\n{_log(kids)}"
+                time.sleep(0.05)
+                starve()  # threads born meanwhile starve too
+                missed = _missed_hello(kids, newcomer, holder)
+            # Once the newcomer has seen the holder miss HELLO, starve it for twice
+            # the ceiling more: the old rule (wall time) ended it after one.
+            until = time.monotonic() + 2 * TIMEOUTS["ceiling"]
+            while missed and newcomer.proc.poll() is None and time.monotonic() < until:
+                time.sleep(0.05)
+                starve()
     report = newcomer.wait_for("ready")
     assert report["outcome"] == "succeeded", _log(kids)
     status, _, err = holder.finish()
