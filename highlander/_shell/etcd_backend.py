@@ -74,9 +74,9 @@ class EtcdBackend:
         the project's ``place`` (our keys there) and the ``first`` request's answer.
         """
         assert settings.backend is not None and settings.project_id is not None
-        require_shared_token(settings)
         self.settings = settings
-        if session is None:
+        if session is None:  # else backend_for refused what needs refusing before it
+            require_shared_token(settings)
             session = session_for(settings.backend, settings.env, ttl=settings.lease_ttl)
         self.session: Session = session
         self.ours = place if place is not None else Place(settings, session)
@@ -109,10 +109,6 @@ class EtcdBackend:
     def claim(self, settings: Settings) -> Reign | None:
         """See :meth:`Backend.claim` (:mod:`highlander._shell.etcd_claiming`)."""
         return claim(self, settings)
-
-    def value(self, generation: int, since_ms: int, history: tuple[int, ...] = ()) -> HolderValue:
-        """This process as the holder of reign ``generation`` would name itself."""
-        return self.me._replace(generation=generation, since_ms=since_ms, successions_ms=history)
 
     def found(self, kv: api.KeyValue) -> None:
         """A claim found ``kv`` holding: the next open talks to it (checked: a holder's value)."""

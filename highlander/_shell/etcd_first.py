@@ -56,11 +56,13 @@ class Place:
         #: Our place in the project's queue of newcomers (taken by a claim or a turn).
         self.turn = Turn(session, self.root, f"{self.me.host}-{os.getpid()}", self.me)
 
+    def value(self, generation: int, since_ms: int, history: tuple[int, ...] = ()) -> HolderValue:
+        """This process as the holder of reign ``generation`` would name itself."""
+        return self.me._replace(generation=generation, since_ms=since_ms, successions_ms=history)
+
     def value_for(self, since_ms: int) -> Callable[[int], bytes]:
-        """The holder key's value for reign ``generation``, begun at ``since_ms``."""
-        return lambda generation: self.me._replace(
-            generation=generation, since_ms=since_ms
-        ).encode()
+        """A claim's value: the holder key's for whichever reign it begins, at ``since_ms``."""
+        return lambda generation: self.value(generation, since_ms).encode()
 
 
 class First:

@@ -121,7 +121,7 @@ def moved_to_us(backend: EtcdBackend, held: Held, since_ms: int, saver: int) -> 
     value = HolderValue.decode(held.value)
     if value is None:
         return False
-    ours = held.value == backend.value(value.generation, since_ms).encode()
+    ours = held.value == backend.ours.value(value.generation, since_ms).encode()
     return not ours and value.generation == saver + 1
 
 
@@ -153,9 +153,7 @@ def _claim(
 ) -> Reign | None:
     """Put the key on our lease if it is still absent (the handoff is ours to carry)."""
     since = int(time.time() * 1000)
-    result = backend.session.claim_reign(
-        backend.key, lambda generation: backend.value(generation, since).encode()
-    )
+    result = backend.session.claim_reign(backend.key, backend.ours.value_for(since))
     if not isinstance(result, Held):
         return None  # a third claimer was first: it holds, without the handoff
     return _hold(backend, result, handoff, fenced=fenced)
@@ -190,7 +188,8 @@ async def fence(
     # meanwhile waits for it (``EtcdBackend.silent``) instead of fencing the fencer.
     begins = now + int(rules.fence_wait(ttl) * 1000)
     settles = settles_ms(rules.fence_wait(ttl), settings.timeouts.hello, session.ttl)
-    value = backend.value(generation, begins, history)._replace(settles_ms=settles).encode()
+    mine = backend.ours.value(generation, begins, history)
+    value = mine._replace(settles_ms=settles).encode()
     also = ((backend.counter, str(generation).encode()),)
     try:
         found = session.call(
