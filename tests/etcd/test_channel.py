@@ -149,20 +149,41 @@ async def test_carried_conversations_leave_no_keys_behind(etcd: Cluster) -> None
         assert kvs == ()  # nobody called forget(): each side's carry did
 
 
-async def test_what_etcd_stores_is_sealed(etcd: Cluster) -> None:
+async def test_what_etcd_stores_is_sealed_after_the_holders_first_chunk(etcd: Cluster) -> None:
+    # The holder's first chunk (HELLO) and the newcomer's (SAVE, ACK) carry no
+    # application data: bound (readable, tagged); every later holder chunk is sealed.
     root = _root()
     async with Client(parse(etcd.backend, {})) as client:
         newcomer, holder = await _pair(client, root, _channel_key(), _channel_key())
+        await holder.send(b"HELLO stand-in")
+        await newcomer.send(b"SAVE stand-in")
         await holder.send(SECRET)
         _, kvs = api.got(await client.call("/v3/kv/range", api.get(root, prefix=True)))
         values = b"".join(kv.value for kv in kvs)
         assert SECRET not in values
         assert b"no etcd operator" not in values
+        assert b"HELLO stand-in" in values
+        assert b"SAVE stand-in" in values
+        read = []
         with anyio.fail_after(10):
             async with contextlib.aclosing(newcomer.chunks()) as chunks:
                 async for chunk in chunks:
-                    assert chunk == SECRET
-                    break
+                    read.append(chunk)
+                    if len(read) == 2:
+                        break
+        assert read == [b"HELLO stand-in", SECRET]
+
+
+async def test_a_readable_chunk_where_a_sealed_one_is_due_ends_the_stream(etcd: Cluster) -> None:
+    # A forger with the tag key could not do it either: the place decides, not the chunk.
+    root = _root()
+    async with Client(parse(etcd.backend, {})) as client:
+        newcomer, holder = await _pair(client, root, _channel_key(), _channel_key())
+        await holder.send(b"HELLO stand-in")
+        name = holder._name(sealing.INCUMBENT, b"%016x" % 1)
+        bound = sealing.bind(holder.key, name, SECRET)
+        await holder._put(name, bound)
+        assert await _bridged_read(newcomer) == b"HELLO stand-in"
 
 
 async def test_a_peer_with_another_token_reads_nothing(etcd: Cluster) -> None:
