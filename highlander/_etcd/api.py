@@ -299,6 +299,7 @@ def move(
     to_lease: int,
     absent: tuple[bytes, ...] = (),
     also: tuple[tuple[bytes, bytes], ...] = (),
+    mark: tuple[bytes, int] | None = None,
 ) -> Json:
     """``/v3/kv/txn``: the succession's commit: the holder key, from one reign to the next.
 
@@ -309,6 +310,8 @@ def move(
     its mod revision is the new reign's token.  ``absent``: keys that must not
     exist either (a fence's guard that the incumbent's stream did not move on).
     ``also``: keys put (on no lease) with the move, such as the reign counter.
+    ``mark``: a key put with ``value`` too, on a lease (the conversation's
+    ``moved``: the newcomer's watch sees the move without a read).
     """
     compare = [
         {"key": b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": str(token)},
@@ -321,6 +324,9 @@ def move(
     put = {"request_put": {"key": b64(key), "value": b64(value), "lease": str(to_lease)}}
     read = {"request_range": {"key": b64(key)}}
     success = [put, *(_put(name, data) for name, data in also), read]
+    if mark is not None:
+        marked = {"key": b64(mark[0]), "value": b64(value), "lease": str(mark[1])}
+        success.insert(1, {"request_put": marked})
     return {"compare": compare, "success": success, "failure": [read]}
 
 

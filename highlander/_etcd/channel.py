@@ -28,7 +28,7 @@ from highlander._etcd.client import Client
 
 #: Which letter names a side's keys, by the direction it writes.
 _SIDES = {sealing.NEWCOMER: b"n", sealing.INCUMBENT: b"i"}
-HERE, FIN = b"here", b"fin"
+HERE, FIN, MOVED = b"here", b"fin", b"moved"
 READ_SIZE = 65536
 
 
@@ -71,6 +71,9 @@ class Channel:
         self.peer_lease = 0
         #: Whether the other side's keys were seen deleted: its lease ended.
         self.peer_gone = False
+        #: The incumbent's ``moved`` key, once its watch delivered it: the commit
+        #: applied at that key's mod revision, with that value for the holder key.
+        self.moved: api.KeyValue | None = None
         #: The watch :meth:`listen` opened, until :meth:`chunks` reads it.
         self._watch: AsyncGenerator[api.Event, None] | None = None
 
@@ -168,6 +171,9 @@ class Channel:
                 self.peer_lease = event.kv.lease
                 if leaf == HERE:
                     continue
+                if leaf == MOVED:
+                    self.moved = event.kv
+                    continue
                 try:
                     number = int(leaf, 16)
                 except ValueError as exc:
@@ -200,6 +206,17 @@ class Channel:
             return
         ops = [{"request_delete_range": one} for one in (body, *map(api.get, also))]
         await self.client.call("/v3/kv/txn", {"compare": [], "success": ops})
+
+
+def moved_key(opening: bytes) -> bytes:
+    """The ``moved`` key of the conversation whose newcomer's ``here`` is ``opening``.
+
+    The incumbent's commit puts it (:func:`highlander._etcd.api.move`'s ``mark``).
+    """
+    suffix = b"/" + _SIDES[sealing.NEWCOMER] + b"/" + HERE
+    if not opening.endswith(suffix):
+        raise ValueError(f"not a conversation's opening key: {opening!r}")
+    return opening[: -len(suffix)] + b"/" + _SIDES[sealing.INCUMBENT] + b"/" + MOVED
 
 
 def newcomer_side(client: Client, root: bytes, lease: int, channel_key: bytes | None) -> Channel:

@@ -46,8 +46,9 @@ async def _move_once(
     to_lease: int,
     absent: tuple[bytes, ...] = (),
     also: tuple[tuple[bytes, bytes], ...] = (),
+    mark: tuple[bytes, int] | None = None,
 ) -> tuple[Reply, Key | None]:
-    body = api.move(key, value, incumbent.token, incumbent.lease, to_lease, absent, also)
+    body = api.move(key, value, incumbent.token, incumbent.lease, to_lease, absent, also, mark)
     try:
         answer = api.txn(await client.call("/v3/kv/txn", body))
     except EtcdUnavailableError:
@@ -74,15 +75,21 @@ async def incumbent_moves(
     newcomer_lease: int,
     may_retry: Callable[[], bool],
     also: tuple[tuple[bytes, bytes], ...] = (),
+    mark: bytes | None = None,
 ) -> Then:
     """Run the move after a timely ACK until the rules settle it: DEPOSED, KEEP or STEP_DOWN.
 
     ``may_retry``: whether the incumbent's lease bound still allows another
     attempt (asked after each unsettled one).  ``also``: keys put with the
-    move (the reign counter).
+    move (the reign counter).  ``mark``: the conversation's ``moved`` key,
+    put with the move on the incumbent's lease (its stream's: it goes when
+    the stream ends), holding the key's new value.
     """
+    marked = None if mark is None else (mark, incumbent.lease)
     while True:
-        reply, found = await _move_once(client, key, value, incumbent, newcomer_lease, (), also)
+        reply, found = await _move_once(
+            client, key, value, incumbent, newcomer_lease, (), also, marked
+        )
         then = rules.incumbent_learns(reply, found, can_retry=may_retry())
         if then is not Then.RETRY:
             return then

@@ -16,6 +16,7 @@ import time
 
 from highlander._core.etcd_commit import Then
 from highlander._core.settling import settles_ms
+from highlander._etcd.channel import moved_key
 from highlander._etcd.handover import incumbent_moves
 from highlander._etcd.holding import LeaseLock, let_in
 from highlander._etcd.session import HolderValue
@@ -89,9 +90,10 @@ async def commit(backend: EtcdBackend, incumbent: Incumbent, sock: socket.socket
         settles_ms=settles,
     )  # fmt: skip
     also = ((backend.counter, str(generation).encode()),)
+    mark = moved_key(incoming.opening.key)
     then = await incumbent.runtime.to_thread(
         session.call, incumbent_moves, session.client, backend.key, value.encode(), held,
-        incoming.opening.lease, session.holds, also,
+        incoming.opening.lease, session.holds, also, mark,
     )  # fmt: skip
     if then is Then.DEPOSED:
         lock = incumbent.reign.lock

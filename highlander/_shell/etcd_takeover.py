@@ -6,10 +6,12 @@ carries them out:
 1. send ACK_SUCCESSION and hear how the incumbent answered: REFUSED, the
    end of its stream, or nothing within the exit deadline
    (:func:`~highlander._shell.handover.hear`, the same as on one machine);
-2. after an end of stream, read the holder key (linearizable): on our
-   lease, the incumbent's move applied (COMMIT); still the incumbent's
-   reign, it kept (ABORT); absent, its lease ended before any move (CLAIM,
-   with the handoff: nobody else has the state);
+2. after an end of stream, where the holder key is: the incumbent's
+   ``moved`` key, written by its move and seen by our watch, says it is on
+   our lease (COMMIT) without a request; without one, a linearizable read:
+   on our lease, the move applied (COMMIT); still the incumbent's reign, it
+   kept (ABORT); absent, its lease ended before any move (CLAIM, with the
+   handoff: nobody else has the state);
 3. silent past the deadline, the key already on our lease: its move applied
    but it has not learned so yet; hold once it let its lease go
    (:func:`outlast`), so its ``relinquished`` comes before our reign;
@@ -76,13 +78,18 @@ async def conclude(
         return _hold(backend, committed, saved.handoff)
     if answer is Answer.REFUSED:
         return None
-    key, kv = _read(backend, opened, _kept(backend, opened))
+    held = _moved(backend, opened)
+    if held is not None:
+        key = Key.OURS
+    else:
+        key, kv = _read(backend, opened, _kept(backend, opened))
+        held = None if kv is None else Held(kv.mod_revision, kv.lease, kv.value)
     verdict = rules.newcomer_decides(answer, key)
     if verdict is Verdict.COMMIT:
-        assert kv is not None
+        assert held is not None
         # The end we heard may be our side's (a watch that failed), not its lease's.
         await outlast(backend, opened, greeting.waiter)
-        return _hold(backend, Held(kv.mod_revision, kv.lease, kv.value), saved.handoff)
+        return _hold(backend, held, saved.handoff)
     if verdict is Verdict.CLAIM:
         return _claim(backend, saved.handoff)
     settings.events.emit(Event.HANDOVER_ABORTED, peer_pid=greeting.peer.pid, reason=key.name)
@@ -98,6 +105,21 @@ def _kept(backend: EtcdBackend, opened: Opened) -> int:
     keeper = backend.session.keeper
     lease = opened.channel.lease
     return lease if keeper is not None and keeper.lease == lease and keeper.holds() else -1
+
+
+def _moved(backend: EtcdBackend, opened: Opened) -> Held | None:
+    """The key as the incumbent's ``moved`` shows it, if its watch delivered one (no read).
+
+    The move put it in the same transaction as the holder key (so at the
+    same mod revision: the reign's token), and the holder key on the lease
+    our conversation rides on: OURS is what a read after it finds, while
+    this session keeps that lease.  Nobody fences the new reign
+    before it begins (``settles_ms``), and the lease is ours to lose.
+    """
+    moved, lease = opened.channel.moved, _kept(backend, opened)
+    if moved is None or lease != opened.channel.lease:
+        return None
+    return Held(moved.mod_revision, lease, moved.value)
 
 
 def _committed(backend: EtcdBackend, opened: Opened) -> Held | None:

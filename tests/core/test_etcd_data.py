@@ -142,6 +142,16 @@ def test_the_commit_compares_the_reigns_token_and_lease() -> None:
     assert body["failure"] == [{"request_range": {"key": api.b64(b"k")}}]
 
 
+def test_the_commit_can_mark_its_conversation_on_another_lease() -> None:
+    body = api.move(b"k", b"v", token=41, from_lease=7, to_lease=8, mark=(b"moved", 7))
+    assert body["success"][1]["request_put"] == {
+        "key": api.b64(b"moved"),
+        "value": api.b64(b"v"),
+        "lease": "7",
+    }
+    assert len(body["success"]) == 3  # the key, the mark, the read
+
+
 def test_a_fence_also_requires_keys_to_be_absent() -> None:
     body = api.move(b"k", b"v", token=41, from_lease=7, to_lease=8, absent=(b"fin",))
     assert body["compare"][2] == {

@@ -29,6 +29,7 @@ from highlander._etcd.channel import (
     bridge,
     carry,
     incoming,
+    moved_key,
     open_channel,
 )
 from highlander._etcd.client import Client
@@ -204,6 +205,27 @@ async def test_a_peer_whose_lease_ends_is_an_eof(etcd: Cluster) -> None:
         await holder.send(b"part of a frame")
         await client.call("/v3/lease/revoke", api.revoke(holder.lease))  # it died
         assert await _bridged_read(newcomer) == b"part of a frame"
+
+
+async def test_the_incumbents_moved_key_is_noted_not_read_as_a_chunk(etcd: Cluster) -> None:
+    root = _root()
+    async with Client(parse(etcd.backend, {})) as client:
+        newcomer, holder = await _pair(client, root, _channel_key(), _channel_key())
+        await holder.send(b"SAVED stand-in")
+        moved = moved_key(newcomer.here_key())
+        assert moved == holder._name(sealing.INCUMBENT, b"moved")
+        value, lease = api.b64(b"the new reign"), str(holder.lease)
+        put = {"key": api.b64(moved), "value": value, "lease": lease}
+        revision = api.header(await client.call("/v3/kv/put", put)).revision
+        await holder.finish()
+        assert await _bridged_read(newcomer) == b"SAVED stand-in"
+        assert newcomer.moved is not None
+        assert (newcomer.moved.value, newcomer.moved.mod_revision) == (b"the new reign", revision)
+
+
+def test_a_moved_key_belongs_to_an_opening() -> None:
+    with pytest.raises(ValueError, match="not a conversation's opening key"):
+        moved_key(b"/r/conv/00/i/here")
 
 
 async def test_chunks_out_of_order_break_the_stream(etcd: Cluster) -> None:

@@ -59,6 +59,42 @@ async def test_a_timely_ack_moves_the_key_and_deposes_the_incumbent(etcd: Cluste
         assert await where(client, key, newcomer, incumbent) is Key.OURS
 
 
+async def test_the_move_marks_the_conversation_with_the_new_reign(etcd: Cluster) -> None:
+    # The newcomer's watch learns the commit from the mark, without a read: the holder
+    # key's new value and token (mod revision); gone with the incumbent's lease, the
+    # end of its stream, while the holder key stays on the newcomer's lease.
+    key = _key()
+    mark = key + b"/conv/0/i/moved"
+    async with Client(parse(etcd.backend, {})) as client:
+        incumbent = await _reign(client, key)
+        newcomer = await _lease(client)
+        then = await incumbent_moves(
+            client, key, b"newcomer", incumbent, newcomer, _always, (), mark
+        )
+        assert then is Then.DEPOSED
+        moved = await holder(client, key)
+        marked = await holder(client, mark)
+        assert moved is not None and marked is not None
+        assert (moved.value, moved.lease) == (b"newcomer", newcomer)
+        assert (marked.value, marked.mod_revision) == (b"newcomer", moved.mod_revision)
+        assert marked.lease == incumbent.lease
+        await client.call("/v3/lease/revoke", api.revoke(incumbent.lease))
+        assert await holder(client, mark) is None
+        assert await holder(client, key) == moved
+
+
+async def test_a_move_that_applies_nothing_marks_nothing(etcd: Cluster) -> None:
+    key = _key()
+    mark = key + b"/conv/0/i/moved"
+    async with Client(parse(etcd.backend, {})) as client:
+        incumbent = await _reign(client, key)
+        newcomer = await _lease(client)
+        await client.call("/v3/lease/revoke", api.revoke(newcomer))  # the newcomer died
+        then = await incumbent_moves(client, key, b"n", incumbent, newcomer, _always, (), mark)
+        assert then is Then.KEEP
+        assert await holder(client, mark) is None
+
+
 async def test_a_move_whose_answer_was_lost_is_settled_by_trying_again(etcd: Cluster) -> None:
     # The first attempt applied, its answer never came: the retry's failed compare shows OURS.
     key = _key()
