@@ -25,14 +25,14 @@ The key name is bound in as associated data (or into the tag): a chunk moved
 to another conversation, direction or position does not open.
 
 Pure code: cryptography's AES-GCM, imported when first used; the keys and
-the tags by :func:`~highlander._core.signing.hkdf_sha256` and
-:func:`~highlander._core.sha.hmac_sha256` (no OpenSSL).
+the tags by :func:`~highlander._core.sha.hkdf_sha256` and
+:func:`~highlander._core.sha.hmac_sha256` (no OpenSSL, and not the frames'
+signing module, so the conversation's watch can go out before that loads).
 """
 
 from __future__ import annotations
 
-from highlander._core.sha import hmac_sha256
-from highlander._core.signing import hkdf_sha256, same_tag
+from highlander._core.sha import hkdf_sha256, hmac_sha256, same_tag
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:

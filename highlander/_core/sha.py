@@ -19,7 +19,7 @@ except ImportError:  # pragma: no cover - depends on the interpreter
     except ImportError:
         from hashlib import sha256
 
-__all__ = ["hmac_sha256", "sha256", "sha256_digest"]
+__all__ = ["hkdf_sha256", "hmac_sha256", "same_tag", "sha256", "sha256_digest"]
 
 #: SHA-256's block size: HMAC pads its key to it.
 BLOCK = 64
@@ -41,3 +41,23 @@ def hmac_sha256(key: bytes, data: bytes) -> bytes:
     inner = sha256(key.translate(_INNER))
     inner.update(data)
     return sha256_digest(key.translate(_OUTER) + inner.digest())
+
+
+def hkdf_sha256(secret: bytes, salt: bytes, info: bytes) -> bytes:
+    """HKDF-SHA256 (RFC 5869) of ``secret``, one 32-byte block.
+
+    The same bytes as cryptography's ``HKDF`` with ``length=32``.
+
+    Extract, ``PRK = HMAC(salt, secret)`` (an empty salt is HashLen zeros
+    inside HMAC, as the RFC says), then expand one block,
+    ``T(1) = HMAC(PRK, info | 0x01)``: 32 bytes is one SHA-256 output.
+    """
+    prk = hmac_sha256(salt, secret)
+    return hmac_sha256(prk, info + b"\x01")
+
+
+def same_tag(expected: bytes, tag: bytes) -> bool:
+    """Whether two tags are equal, compared in constant time."""
+    from _operator import _compare_digest  # noqa: PLC0415 - hmac.compare_digest, built in
+
+    return _compare_digest(expected, tag)

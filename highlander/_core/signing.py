@@ -12,8 +12,8 @@ is two HMACs for one 32-byte block) are HMAC-SHA256 over the interpreter's
 built-in SHA-256 (:func:`highlander._core.sha.hmac_sha256`: no OpenSSL to
 load on a newcomer's path, 2-4 ms).  DESIGN.md names
 cryptography's HKDF; the key is the same HKDF-SHA256, byte for byte
-(``tests/core/test_signing.py`` checks :func:`hkdf_sha256` against
-cryptography's ``HKDF`` over generated inputs), but a newcomer no longer
+(:func:`~highlander._core.sha.hkdf_sha256`, which ``tests/core/test_signing.py``
+checks against cryptography's ``HKDF`` over generated inputs), but a newcomer no longer
 imports cryptography's ``hashes`` (with ``typing`` and ``cryptography.utils``,
 5-10 ms) to compute it: on etcd that import sat between the holder's HELLO
 and our SAVE (docs/performance.md).  cryptography stays what only it gives
@@ -25,7 +25,7 @@ from __future__ import annotations
 import enum
 
 from highlander._core.messages import NONCE_BYTES, PROTOCOL_VERSION
-from highlander._core.sha import hmac_sha256
+from highlander._core.sha import hkdf_sha256, hmac_sha256, same_tag
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
@@ -61,19 +61,6 @@ def derive_key(token: bytes, project_key: bytes) -> bytes:
     return hkdf_sha256(token, project_key, HKDF_INFO)
 
 
-def hkdf_sha256(secret: bytes, salt: bytes, info: bytes) -> bytes:
-    """HKDF-SHA256 (RFC 5869) of ``secret``, one 32-byte block.
-
-    The same bytes as cryptography's ``HKDF`` with ``length=32``.
-
-    Extract, ``PRK = HMAC(salt, secret)`` (an empty salt is HashLen zeros
-    inside HMAC, as the RFC says), then expand one block,
-    ``T(1) = HMAC(PRK, info | 0x01)``: 32 bytes is one SHA-256 output.
-    """
-    prk = hmac_sha256(salt, secret)
-    return hmac_sha256(prk, info + b"\x01")
-
-
 def mac_input(
     direction: Direction,
     incumbent_nonce: bytes,
@@ -95,13 +82,6 @@ def mac_input(
         + seq.to_bytes(8, "big")  # int, not struct: a newcomer need not import it
         + payload
     )
-
-
-def same_tag(expected: bytes, tag: bytes) -> bool:
-    """Whether two tags are equal, compared in constant time."""
-    from _operator import _compare_digest  # noqa: PLC0415 - hmac.compare_digest, built in
-
-    return _compare_digest(expected, tag)
 
 
 def sign(

@@ -2,7 +2,7 @@
 
 The cache was made when deriving the key imported cryptography for its
 HKDF, about 10 ms on each side of a succession before HELLO could be
-verified.  The HKDF is the stdlib's HMAC now (:func:`highlander._core.signing.hkdf_sha256`,
+verified.  The HKDF is the stdlib's HMAC now (:func:`highlander._core.sha.hkdf_sha256`,
 microseconds), so the cache saves little; it stays, with its checks, until
 it is retired as its own change (the runtime directory's layout, doctor and
 the docs name it).  The first conversation for a project derives the key
@@ -30,8 +30,7 @@ import os
 import stat
 
 from highlander._core.errors import HighlanderError
-from highlander._core.sha import hmac_sha256
-from highlander._core.signing import same_tag
+from highlander._core.sha import hmac_sha256, same_tag
 from highlander._host.files import discard, install, open_regular, stage
 
 #: What the tag's HMAC covers first, so it can never equal a frame's MAC or the key.

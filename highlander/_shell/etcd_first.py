@@ -22,21 +22,20 @@ import contextlib
 import os
 import time
 
-from highlander._etcd import api
+# Only what the conversation's watch needs (and what the session loaded): the
+# watch goes out beside the lease grant, and the rest loads after it (`start`).
 from highlander._etcd.channel import Channel, newcomer_side
 from highlander._etcd.claim import Held
-from highlander._etcd.opening import Opening
-from highlander._etcd.queue import Turn
 from highlander._etcd.session import HolderValue, Session, app_root, holder_key
 from highlander._host.modes import Mode
-from highlander._shell.etcd_key import ChannelKey
-from highlander._shell.etcd_preload import Preload
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from highlander._etcd import api
     from highlander._etcd.loop_thread import Spawned
+    from highlander._etcd.opening import Opening
     from highlander._host.settings import Settings
     from highlander._shell.etcd_backend import EtcdBackend
 
@@ -46,10 +45,12 @@ class Place:
 
     __slots__ = ("channel_key", "key", "me", "root", "turn")
 
-    def __init__(self, settings: Settings, session: Session) -> None:
-        """The project's keys for ``settings`` (nothing is sent)."""
-        assert settings.project_id is not None
-        self.root = app_root(settings.app, settings.project_id, settings.env)
+    def __init__(self, settings: Settings, session: Session, root: bytes | None = None) -> None:
+        """The project's keys for ``settings`` (nothing is sent); ``root``: its root, known."""
+        from highlander._etcd.queue import Turn  # noqa: PLC0415 - after the first requests
+        from highlander._shell.etcd_key import ChannelKey  # noqa: PLC0415
+
+        self.root = project_root(settings) if root is None else root
         self.key = holder_key(self.root)
         self.me = HolderValue.mine(settings.app, settings.env)._replace(ttl=settings.lease_ttl)
         self.channel_key = ChannelKey(settings)
@@ -80,19 +81,43 @@ class First:
         self.error: BaseException | None = None
 
 
+def project_root(settings: Settings) -> bytes:
+    """The prefix of the project ``settings`` name, under which its keys live."""
+    assert settings.project_id is not None
+    return app_root(settings.app, settings.project_id, settings.env)
+
+
 def start(settings: Settings, session: Session) -> EtcdBackend:
     """The backend for a claim on ``session`` (begun), with a newcomer's first request answered."""
-    place = Place(settings, session)
-    first = send(session, settings, place) if settings.mode is Mode.AUTO else None
+    root = project_root(settings)
+    # The conversation's watch goes out now, beside the lease grant: the claim
+    # waits for both, and loading the rest first would hold the interpreter's
+    # lock while the session's thread has them to send.
+    early = listen(session, root) if settings.mode is Mode.AUTO else None
+    place = Place(settings, session, root)
+    first = None if early is None else request(session, settings, place, *early)
     from highlander._shell.etcd_backend import EtcdBackend  # noqa: PLC0415
 
     return EtcdBackend(settings, session, place, first)
 
 
+def listen(session: Session, root: bytes) -> tuple[First, Spawned]:
+    """A first request's conversation under ``root``, its watch being opened."""
+    first = First(int(time.time() * 1000), newcomer_side(session.client, root, 0, None))
+    return first, session.spawn(first.channel.listen, 0)
+
+
 def send(session: Session, settings: Settings, place: Place) -> First:
     """Send the first request (see the module docstring); the code loads in its waits."""
-    first = First(int(time.time() * 1000), newcomer_side(session.client, place.root, 0, None))
-    listening = session.spawn(first.channel.listen, 0)
+    return request(session, settings, place, *listen(session, place.root))
+
+
+def request(
+    session: Session, settings: Settings, place: Place, first: First, listening: Spawned
+) -> First:
+    """The claim of the first request whose watch is ``listening``; the code loads meanwhile."""
+    from highlander._shell.etcd_preload import Preload  # noqa: PLC0415 - after the watch
+
     # The frames' key, not stored in the key cache: the claim may find the project free,
     # and a holder leaves no file (deriving it is four HMACs now, as fast as reading one).
     session.meanwhile(Preload(place.channel_key.get, settings.key))
@@ -121,6 +146,8 @@ def _send(session: Session, place: Place, first: First, listening: Spawned) -> N
         first.result = session.claim_reign(place.key, value_for)
         return
     channel.lease = keeper.lease
+    from highlander._etcd.opening import Opening  # noqa: PLC0415 - loaded in the waits
+
     opening = first.opening = Opening(
         place.root,
         place.key,

@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from highlander._core.sha import hkdf_sha256
 from highlander._core.signing import (
     HKDF_INFO,
     KEY_BYTES,
     NO_NONCE,
     Direction,
     derive_key,
-    hkdf_sha256,
     mac_input,
     sign,
     verify,

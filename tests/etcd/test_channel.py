@@ -11,6 +11,8 @@ import contextlib
 import hashlib
 import os
 import socket
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncGenerator, Callable, Coroutine
 from typing import Any
@@ -221,6 +223,54 @@ async def test_the_incumbents_moved_key_is_noted_not_read_as_a_chunk(etcd: Clust
         assert await _bridged_read(newcomer) == b"SAVED stand-in"
         assert newcomer.moved is not None
         assert (newcomer.moved.value, newcomer.moved.mod_revision) == (b"the new reign", revision)
+
+
+_LOADS_THE_CIPHER_LATE = """
+import sys, anyio
+from highlander._core import sealing
+from highlander._etcd.channel import accept_channel, incoming, open_channel
+from highlander._etcd.client import Client
+from highlander._etcd.endpoints import parse
+from highlander._etcd import api
+
+CIPHER = "cryptography.hazmat.bindings._rust"
+
+async def main():
+    root, key = sys.argv[2].encode(), sealing.channel_key(b"t" * 16, bytes(32))
+    async with Client(parse(sys.argv[1], {})) as client:
+        lease = lambda: client.call("/v3/lease/grant", api.grant(30))
+        start = api.header(await client.call("/v3/kv/range", api.get(root))).revision
+        newcomer = await open_channel(client, root, api.granted(await lease())[0], key)
+        found = incoming(client, root, start)
+        conversation, opening = await anext(found)
+        await found.aclose()
+        holder = accept_channel(
+            client, root, conversation, opening.mod_revision, api.granted(await lease())[0], key
+        )
+        await holder.send(b"HELLO")
+        chunks = newcomer.chunks()
+        assert await anext(chunks) == b"HELLO"
+        print("after HELLO:", "highlander._core.messages" in sys.modules, CIPHER in sys.modules)
+        await newcomer.send(b"SAVE")
+        print("after SAVE:", CIPHER in sys.modules)
+        await holder.send(b"SAVED")
+        assert await anext(chunks) == b"SAVED"
+        await chunks.aclose()
+
+anyio.run(main)
+"""
+
+
+def test_a_newcomer_needs_no_cipher_until_its_first_chunk_is_written(etcd: Cluster) -> None:
+    # Nor the frames' code: the conversation's watch can go out before either loads.
+    ran = subprocess.run(
+        [sys.executable, "-c", _LOADS_THE_CIPHER_LATE, etcd.backend, _root().decode()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert ran.stdout.splitlines() == ["after HELLO: False False", "after SAVE: True"]
 
 
 def test_a_moved_key_belongs_to_an_opening() -> None:
