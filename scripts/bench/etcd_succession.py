@@ -42,11 +42,12 @@ T = TypeVar("T")
 
 def one_succession(
     kids: Children, cluster: Cluster, tree: str | None = None
-) -> tuple[float, float]:
+) -> tuple[float, float, float]:
     """One holder on host A deposed by one fresh newcomer on host B.
 
-    Returns the newcomer's ``acquire()`` and its HELLO -> claimed, in ms.
-    ``tree``: both children import Highlander from that checkout instead.
+    Returns the newcomer's ``acquire()``, its start -> HELLO and its HELLO ->
+    claimed, in ms.  ``tree``: both children import Highlander from that
+    checkout instead.
     """
     project = f"bench.example/{uuid.uuid4().hex}"
 
@@ -72,7 +73,8 @@ def one_succession(
     check_exit(holder)
     kids.end(holder)
     kids.end(incoming)  # it holds (its lease goes with it)
-    return float(got["seconds"]) * 1000, _hello_to_claimed(kids, incoming.pid)
+    before, handover = _phases(kids, incoming.pid, float(got["started_at"]))
+    return float(got["seconds"]) * 1000, before, handover
 
 
 def one_failover(kids: Children, cluster: Cluster) -> float:
@@ -90,8 +92,8 @@ def one_failover(kids: Children, cluster: Cluster) -> float:
     return (float(got["started_at"]) + float(got["seconds"]) - killed) * 1000
 
 
-def _hello_to_claimed(kids: Children, pid: int) -> float:
-    """From the newcomer's verified HELLO to its ``claimed`` event (ms): the handover itself."""
+def _phases(kids: Children, pid: int, started_at: float) -> tuple[float, float]:
+    """The newcomer's start -> verified HELLO, and HELLO -> ``claimed`` (the handover), ms."""
     seen: dict[str, float] = {}
     for path in kids.runtime.glob("*.events.jsonl"):
         for line in path.read_text().splitlines():
@@ -100,10 +102,10 @@ def _hello_to_claimed(kids: Children, pid: int) -> float:
                 seen[event["event"]] = float(event["ts"])
     if set(seen) != {"hello", "claimed"}:
         raise BenchError(f"the newcomer {pid} logged {sorted(seen)}, not hello and claimed")
-    return (seen["claimed"] - seen["hello"]) * 1000
+    return (seen["hello"] - started_at) * 1000, (seen["claimed"] - seen["hello"]) * 1000
 
 
-def measure(base: Path, cluster: Cluster, runs: int) -> list[tuple[float, float]]:
+def measure(base: Path, cluster: Cluster, runs: int) -> list[tuple[float, float, float]]:
     """``runs`` successions after one warm-up (bytecode, page caches, the cluster's)."""
     script = write_child_script(base)
     with children(base, "etcd-succession", script) as kids:
@@ -113,23 +115,23 @@ def measure(base: Path, cluster: Cluster, runs: int) -> list[tuple[float, float]
 
 def measure_against(
     base: Path, cluster: Cluster, runs: int, other: str
-) -> tuple[list[float], list[float]]:
-    """``runs`` pairs, this tree and ``other`` in turn (order alternating): each's ``acquire()``.
+) -> tuple[list[tuple[float, float, float]], list[tuple[float, float, float]]]:
+    """``runs`` pairs, this tree and ``other`` in turn (order alternating): each's phases.
 
     On a machine whose speed drifts by tens of percent within the hour, only
     interleaved pairs compare two versions (docs/performance.md).
     """
     script = write_child_script(base)
     here = str(REPO)
-    ours: list[float] = []
-    theirs: list[float] = []
+    ours: list[tuple[float, float, float]] = []
+    theirs: list[tuple[float, float, float]] = []
     with children(base, "etcd-succession-ab", script) as kids:
         for tree in (here, other):  # warm-up: each tree's bytecode
             one_succession(kids, cluster, tree)
         pairs = ((ours, here), (theirs, other))
         for n in range(runs):
             for samples, tree in pairs if n % 2 == 0 else pairs[::-1]:
-                samples.append(one_succession(kids, cluster, tree)[0])
+                samples.append(one_succession(kids, cluster, tree))
     return ours, theirs
 
 
@@ -162,7 +164,11 @@ def main() -> int:
     )
     print("| succession across hosts on etcd, trivial save | median ms | p90 ms | n | target |")
     print("|---|---:|---:|---:|---:|")
-    names = ("fresh newcomer's acquire()", "its HELLO -> claimed (the handover)")
+    names = (
+        "fresh newcomer's acquire()",
+        "its start -> HELLO",
+        "its HELLO -> claimed (the handover)",
+    )
     for name, column in zip(names, zip(*samples, strict=True), strict=True):
         ms = sorted(column)
         p90 = ms[min(len(ms) - 1, int(len(ms) * 0.9))]
@@ -197,16 +203,21 @@ def _against(runs: int, other: str) -> int:
     ours, theirs = _on_a_cluster(
         "hl-bench-etcd-ab-", lambda base, cluster: measure_against(base, cluster, runs, other)
     )
-    diffs = [a - b for a, b in zip(ours, theirs, strict=True)]
-    print("| fresh newcomer's acquire(), interleaved | median ms | min ms | n |")
-    print("|---|---:|---:|---:|")
-    for name, ms in ((str(REPO), ours), (other, theirs)):
-        print(f"| {name} | {statistics.median(ms):.1f} | {min(ms):.1f} | {len(ms)} |")
-    faster = sum(d < 0 for d in diffs)
     print(
-        f"| this tree minus the other, paired | {statistics.median(diffs):+.1f} | "
-        f"faster in {faster} of {len(diffs)} | {len(diffs)} |"
+        "| interleaved | this tree, median (min) | the other, median (min) "
+        "| paired difference, median | this tree faster in |"
     )
+    print("|---|---:|---:|---:|---:|")
+    names = ("fresh newcomer's acquire()", "its start -> HELLO", "its HELLO -> claimed")
+    columns = zip(zip(*ours, strict=True), zip(*theirs, strict=True), strict=True)
+    for name, (mine, other_ms) in zip(names, columns, strict=True):
+        diffs = [a - b for a, b in zip(mine, other_ms, strict=True)]
+        print(
+            f"| {name} | {statistics.median(mine):.1f} ({min(mine):.1f}) "
+            f"| {statistics.median(other_ms):.1f} ({min(other_ms):.1f}) "
+            f"| {statistics.median(diffs):+.1f} | {sum(d < 0 for d in diffs)} of {len(diffs)} |"
+        )
+    print(f"this tree: {REPO}; the other: {other}; {runs} pairs", file=sys.stderr)
     return 0
 
 

@@ -56,3 +56,5 @@ def test_the_succession_bench_runs_interleaved(etcd: Cluster) -> None:
     finally:
         shutil.rmtree(base, ignore_errors=True)
     assert len(ours) == len(theirs) == 1
+    # acquire(), start -> HELLO, HELLO -> claimed: each phase was seen in the events.
+    assert all(len(sample) == 3 and min(sample) > 0 for sample in ours + theirs)
