@@ -62,6 +62,7 @@ async def conclude(
     """Hold after ``saved`` (the incumbent's move applied, or its lease ended), or ``None``."""
     settings = backend.settings
     answer = Answer.SILENT
+    acked = greeting.waiter.now()
     try:
         await send_message(greeting.sock, greeting.conn, AckSuccession(), greeting.waiter)
     except _BROKEN:
@@ -78,7 +79,11 @@ async def conclude(
         return _hold(backend, committed, saved.handoff)
     if answer is Answer.REFUSED:
         return None
-    held = _moved(backend, opened)
+    # The mark shows the key as the move left it.  Nobody may fence the reign
+    # it began before `exit_grace` (and more) has passed since our ACK; later
+    # (this process was stopped, say), only a read says where the key is.
+    fresh = greeting.waiter.now() - acked < settings.timeouts.exit_grace
+    held = _moved(backend, opened) if fresh else None
     if held is not None:
         key = Key.OURS
     else:
@@ -113,8 +118,9 @@ def _moved(backend: EtcdBackend, opened: Opened) -> Held | None:
     The move put it in the same transaction as the holder key (so at the
     same mod revision: the reign's token), and the holder key on the lease
     our conversation rides on: OURS is what a read after it finds, while
-    this session keeps that lease.  Nobody fences the new reign
-    before it begins (``settles_ms``), and the lease is ours to lose.
+    this session keeps that lease and the new reign has not begun: nobody
+    fences a reign before its ``settles_ms`` (``exit_grace`` + ``hello`` +
+    a TTL from when it is first seen), and the lease is ours to lose.
     """
     moved, lease = opened.channel.moved, _kept(backend, opened)
     if moved is None or lease != opened.channel.lease:
