@@ -5,7 +5,7 @@ is a run of keys.  Under a project's root ``R``, a newcomer opens
 conversation ``C`` (16 random bytes) by writing ``R/conv/C/n/here`` on its
 lease; the holder, which watches ``R/conv/``, answers with its first chunk
 (HELLO) on its own.  Each side writes its bytes as ``R/conv/C/<side>/<number>``
-(sealed or bound: :mod:`highlander._core.sealing`) and reads the other side's with a
+(sealed: :mod:`highlander._core.sealing`) and reads the other side's with a
 watch from the revision it started at, so nothing written before the watch
 opened is missed.  A side ends its stream with ``.../fin``; a side that dies
 ends it too, since its keys ride on its lease and go when the lease does.
@@ -142,14 +142,9 @@ class Channel:
 
     async def send(self, chunk: bytes) -> None:
         """Write the next chunk of this side's stream."""
-        number = self._sent
-        name = self._name(self.side, b"%016x" % number)
-        await self._put(name, sealing.protect(self.key, self.side, number, name, chunk))
+        name = self._name(self.side, b"%016x" % self._sent)
+        await self._put(name, sealing.seal(self.key, self.side, self._sent, name, chunk))
         self._sent += 1
-        if self.side == sealing.NEWCOMER and number == 0:
-            # Our first chunk is in etcd (SAVE, STATUS): the holder's answer is the
-            # first chunk sealed for us.  Load the cipher while the holder works on it.
-            sealing.load()
 
     async def finish(self) -> None:
         """End this side's stream."""
@@ -181,7 +176,7 @@ class Channel:
                 if number != expected:
                     raise ChannelBroken(f"chunk {number} where {expected} was due")
                 try:
-                    yield sealing.reveal(
+                    yield sealing.unseal(
                         self.key, self._other, number, event.kv.key, event.kv.value
                     )
                 except sealing.Unsealable as exc:

@@ -206,7 +206,12 @@ class EtcdBackend:
         self._opened = {end: one for end, one in self._opened.items() if end.fileno() != -1}
         self._opened[ours] = opened
         self.session.spawn(carry, channel, theirs)
-        return ours  # the cipher loads once our first chunk is written (Channel.send)
+        # The holder is still answering our `here`: time to load the cipher its
+        # first chunk needs, instead of when it has come.
+        from highlander._core.sealing import load  # noqa: PLC0415
+
+        load()
+        return ours
 
     def _open_channel(self, *, renew: bool) -> Channel:
         keeper = self.session.lease_kept(renew=renew)

@@ -1,10 +1,8 @@
 """What an etcd newcomer loads while etcd answers it: the backend's and the conversation's code.
 
 A fresh newcomer's own work before the holder's HELLO is mostly imports:
-the etcd backend and the conversation's code, some 10 ms on the bench
-machine (docs/performance.md).  Not the cipher (cryptography's binding,
-5-6 ms): the first chunk sealed for a newcomer is the holder's answer to
-its SAVE, and the cipher loads while the holder saves (``Channel.send``).  Its
+the etcd backend, the conversation's code and the cipher (cryptography's
+binding), some 15 ms on the bench machine (docs/performance.md).  Its
 first request (:mod:`highlander._shell.etcd_first`) needs little of it, so
 that request goes out first and the rest is loaded while the thread would
 wait for the lease grant, the watch and the claim, a step at a time
@@ -21,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-#: Modules, in the order the newcomer needs them (the keys between).
+#: Modules, in the order the newcomer needs them (the key and the cipher between).
 EARLY = (
     "highlander._shell.etcd_backend",
     "highlander._shell.etcd_opened",
@@ -38,6 +36,12 @@ def _importing(name: str) -> Callable[[], object]:
     return lambda: __import__(name)
 
 
+def _cipher() -> None:
+    from highlander._core.sealing import load  # noqa: PLC0415 - the point is loading late
+
+    load()
+
+
 class Preload:
     """The steps left; call it to run the next one (``False`` once none is left)."""
 
@@ -47,6 +51,7 @@ class Preload:
         steps.append(channel_key)
         steps += [_importing(name) for name in CONVERSATION]
         steps.append(frames_key)
+        steps.append(_cipher)
         steps += [_importing(name) for name in LATE]
         steps.reverse()
         self._steps = steps

@@ -152,41 +152,20 @@ async def test_carried_conversations_leave_no_keys_behind(etcd: Cluster) -> None
         assert kvs == ()  # nobody called forget(): each side's carry did
 
 
-async def test_what_etcd_stores_is_sealed_after_the_holders_first_chunk(etcd: Cluster) -> None:
-    # The holder's first chunk (HELLO) and the newcomer's (SAVE, ACK) carry no
-    # application data: bound (readable, tagged); every later holder chunk is sealed.
+async def test_what_etcd_stores_is_sealed(etcd: Cluster) -> None:
     root = _root()
     async with Client(parse(etcd.backend, {})) as client:
         newcomer, holder = await _pair(client, root, _channel_key(), _channel_key())
-        await holder.send(b"HELLO stand-in")
-        await newcomer.send(b"SAVE stand-in")
         await holder.send(SECRET)
         _, kvs = api.got(await client.call("/v3/kv/range", api.get(root, prefix=True)))
         values = b"".join(kv.value for kv in kvs)
         assert SECRET not in values
         assert b"no etcd operator" not in values
-        assert b"HELLO stand-in" in values
-        assert b"SAVE stand-in" in values
-        read = []
         with anyio.fail_after(10):
             async with contextlib.aclosing(newcomer.chunks()) as chunks:
                 async for chunk in chunks:
-                    read.append(chunk)
-                    if len(read) == 2:
-                        break
-        assert read == [b"HELLO stand-in", SECRET]
-
-
-async def test_a_readable_chunk_where_a_sealed_one_is_due_ends_the_stream(etcd: Cluster) -> None:
-    # A forger with the tag key could not do it either: the place decides, not the chunk.
-    root = _root()
-    async with Client(parse(etcd.backend, {})) as client:
-        newcomer, holder = await _pair(client, root, _channel_key(), _channel_key())
-        await holder.send(b"HELLO stand-in")
-        name = holder._name(sealing.INCUMBENT, b"%016x" % 1)
-        bound = sealing.bind(holder.key, name, SECRET)
-        await holder._put(name, bound)
-        assert await _bridged_read(newcomer) == b"HELLO stand-in"
+                    assert chunk == SECRET
+                    break
 
 
 async def test_a_peer_with_another_token_reads_nothing(etcd: Cluster) -> None:
@@ -225,52 +204,20 @@ async def test_the_incumbents_moved_key_is_noted_not_read_as_a_chunk(etcd: Clust
         assert (newcomer.moved.value, newcomer.moved.mod_revision) == (b"the new reign", revision)
 
 
-_LOADS_THE_CIPHER_LATE = """
-import sys, anyio
-from highlander._core import sealing
-from highlander._etcd.channel import accept_channel, incoming, open_channel
-from highlander._etcd.client import Client
-from highlander._etcd.endpoints import parse
-from highlander._etcd import api
-
-CIPHER = "cryptography.hazmat.bindings._rust"
-
-async def main():
-    root, key = sys.argv[2].encode(), sealing.channel_key(b"t" * 16, bytes(32))
-    async with Client(parse(sys.argv[1], {})) as client:
-        lease = lambda: client.call("/v3/lease/grant", api.grant(30))
-        start = api.header(await client.call("/v3/kv/range", api.get(root))).revision
-        newcomer = await open_channel(client, root, api.granted(await lease())[0], key)
-        found = incoming(client, root, start)
-        conversation, opening = await anext(found)
-        await found.aclose()
-        holder = accept_channel(
-            client, root, conversation, opening.mod_revision, api.granted(await lease())[0], key
-        )
-        await holder.send(b"HELLO")
-        chunks = newcomer.chunks()
-        assert await anext(chunks) == b"HELLO"
-        print("after HELLO:", "highlander._core.messages" in sys.modules, CIPHER in sys.modules)
-        await newcomer.send(b"SAVE")
-        print("after SAVE:", CIPHER in sys.modules)
-        await holder.send(b"SAVED")
-        assert await anext(chunks) == b"SAVED"
-        await chunks.aclose()
-
-anyio.run(main)
-"""
-
-
-def test_a_newcomer_needs_no_cipher_until_its_first_chunk_is_written(etcd: Cluster) -> None:
-    # Nor the frames' code: the conversation's watch can go out before either loads.
-    ran = subprocess.run(
-        [sys.executable, "-c", _LOADS_THE_CIPHER_LATE, etcd.backend, _root().decode()],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
+def test_the_first_requests_code_loads_neither_the_frames_nor_the_cipher() -> None:
+    # A newcomer's conversation watch goes out beside its lease grant, before the
+    # rest of its code loads (etcd_first.start): what it imports first must stay light.
+    program = (
+        "import sys\n"
+        "import highlander._shell.etcd_first\n"
+        "heavy = ('highlander._core.messages', 'highlander._core.signing', 'cryptography',"
+        " 'highlander._etcd.opening', 'highlander._shell.etcd_backend')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
     )
-    assert ran.stdout.splitlines() == ["after HELLO: False False", "after SAVE: True"]
+    ran = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert ran.stdout.strip() == "[]"
 
 
 def test_a_moved_key_belongs_to_an_opening() -> None:
