@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import struct
-import subprocess
-import sys
 
 import pytest
 from hypothesis import given
@@ -13,6 +11,7 @@ from hypothesis import strategies as st
 
 from highlander._core import sealing
 from highlander._core.signing import derive_key
+from tests.support.imports import loaded_after
 
 PROJECT = hashlib.sha256(b"github.com/Org/Repo").digest()
 TOKEN = b"test-token-0123456789"
@@ -112,20 +111,15 @@ def test_the_cipher_is_the_class_cryptography_publishes() -> None:
 def test_sealing_loads_neither_typing_nor_cryptographys_python_helpers() -> None:
     # The newcomer derives its key and loads the cipher while the holder's HELLO
     # travels: ~10 ms of imports there delayed the HELLO's delivery (#15).
-    program = (
-        "import sys\n"
+    statements = (
         "from highlander._core import sealing\n"
         "key = sealing.conversation_key(sealing.channel_key(b't', b'p'), bytes(16))\n"
         "sealing.load()\n"
         "sealed = sealing.seal(key, 1, 0, b'n', b'x')\n"
         "assert sealing.unseal(key, 1, 0, b'n', sealed) == b'x'\n"
-        "print(sorted(m for m in ('typing', 'cryptography.utils', 'cryptography.exceptions')"
-        " if m in sys.modules))\n"
     )
-    ran = subprocess.run(
-        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert ran.stdout.strip() == "[]", ran.stdout + ran.stderr
+    helpers = ("typing", "cryptography.utils", "cryptography.exceptions")
+    assert loaded_after(statements, helpers) == []
 
 
 @given(st.sampled_from([sealing.NEWCOMER, sealing.INCUMBENT]), st.integers(0, 2**64 - 1))

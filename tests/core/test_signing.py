@@ -20,6 +20,7 @@ from highlander._core.signing import (
     sign,
     verify,
 )
+from tests.support.imports import loaded_after
 
 TOKEN = b"test-token"
 PROJECT = hashlib.sha256(b"/project").digest()
@@ -73,19 +74,9 @@ def test_hkdf_sha256_is_cryptographys_hkdf(secret: bytes, salt: bytes, info: byt
 
 def test_deriving_a_key_loads_no_cryptography() -> None:
     """The frames' key on a newcomer's path: no cryptography, no typing, no OpenSSL (fresh)."""
-    import subprocess
-    import sys
-
-    probe = (
-        "import sys; from highlander._core.signing import derive_key; "
-        "derive_key(b't', bytes(32)); "
-        "print(sorted(m for m in sys.modules if m.startswith('cryptography') "
-        "or m in ('typing', '_hashlib', 'hashlib', 'hmac')))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
-    )
-    assert out.stdout.strip() == "[]"
+    statements = "from highlander._core.signing import derive_key; derive_key(b't', bytes(32))"
+    heavy = ("cryptography", "typing", "_hashlib", "hashlib", "hmac")
+    assert loaded_after(statements, heavy) == []
 
 
 def test_derive_key_depends_on_token() -> None:

@@ -11,8 +11,6 @@ import contextlib
 import hashlib
 import os
 import socket
-import subprocess
-import sys
 import uuid
 from collections.abc import AsyncGenerator, Callable, Coroutine
 from typing import Any
@@ -40,6 +38,7 @@ from highlander._host.waiting import ANYIO
 from highlander._shell.wire import receive_event, send_message
 from tests.support.core import build_hello, build_save
 from tests.support.etcd_cluster import Cluster
+from tests.support.imports import loaded_after
 
 pytestmark = pytest.mark.anyio
 SECRET = b"the application's state, which no etcd operator may read"
@@ -207,17 +206,14 @@ async def test_the_incumbents_moved_key_is_noted_not_read_as_a_chunk(etcd: Clust
 def test_the_first_requests_code_loads_neither_the_frames_nor_the_cipher() -> None:
     # A newcomer's conversation watch goes out beside its lease grant, before the
     # rest of its code loads (etcd_first.start): what it imports first must stay light.
-    program = (
-        "import sys\n"
-        "import highlander._shell.etcd_first\n"
-        "heavy = ('highlander._core.messages', 'highlander._core.signing', 'cryptography',"
-        " 'highlander._etcd.opening', 'highlander._shell.etcd_backend')\n"
-        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    heavy = (
+        "highlander._core.messages",
+        "highlander._core.signing",
+        "cryptography",
+        "highlander._etcd.opening",
+        "highlander._shell.etcd_backend",
     )
-    ran = subprocess.run(
-        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert ran.stdout.strip() == "[]"
+    assert loaded_after("import highlander._shell.etcd_first", heavy) == []
 
 
 def test_a_moved_key_belongs_to_an_opening() -> None:
