@@ -40,7 +40,7 @@ from highlander._host.tasks import Closed
 from highlander._shell.admission import hello as greeting
 from highlander._shell.admission import other_app, policy, status_reply
 from highlander._shell.backend import LOCAL
-from highlander._shell.saving import SaveFlight, SaveHook, SuccessorLeft, describe_failure
+from highlander._shell.saving import SaveFlight, SaveHook, Stopped, SuccessorLeft, describe_failure
 from highlander._shell.serving_guard import ServingFailed, ServingGuard, Slot, describe, step_down
 from highlander._shell.sessions import Sessions, answer_attach
 from highlander._shell.watch import watch_parent
@@ -300,10 +300,12 @@ class Incumbent:
         events, started = self.settings.events, self.runtime.now()
         events.emit(Event.SAVE_REQUESTED, peer_pid=peer.pid, intent=save.intent)
         try:
-            handoff = await self._save().follow(sock, conn)
+            local = self.backend.sees(sock)  # a newcomer on this kernel: stopped is visible
+            stopped = Stopped(peer.pid, self.settings.timeouts.stall) if local else None
+            handoff = await self._save().follow(sock, conn, stopped)
             saved = Saved(handoff=handoff, generation=self.reign.record.generation)
-        except SuccessorLeft:  # not our successor any more: the next SAVE joins the run
-            events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="save", reason="successor left")
+        except SuccessorLeft as left:  # not our successor any more: the next SAVE joins the run
+            events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="save", reason=left.reason)
             return
         except Exception as exc:  # the hook's failure is reported, never fatal to the holder
             detail = describe_failure(exc)
@@ -380,12 +382,8 @@ class Incumbent:
         self.close_listener(unlink=outcome is Outcome.STOPPED)
         # Logged before the lock goes: over etcd, letting go of it (the lease) is
         # what ends the stream, and the successor may begin at once.
-        events.emit(
-            Event.RELINQUISHED,
-            peer_pid=peer.pid,
-            outcome=outcome,
-            generation=self.reign.record.generation,
-        )
+        generation = self.reign.record.generation
+        events.emit(Event.RELINQUISHED, peer_pid=peer.pid, outcome=outcome, generation=generation)
         self.reign.lock.release()
         # The end of the stream is the commit's answer: with our lock file closed
         # (the kernel shows it), the successor may begin now, not after our

@@ -21,7 +21,10 @@ that left (killed, or gone after judging the save stalled) is no longer the
 holder's successor, even while a hung hook reports nothing that would fail
 to reach it (:class:`SuccessorLeft`).  Otherwise the holder would answer
 every later newcomer BUSY in the name of the one that left, and none could
-join the run and judge it.
+join the run and judge it.  A newcomer this kernel shows stopped (SIGSTOP,
+a terminal's Ctrl-Z, a debugger) for ``stall`` is let go the same way
+(:class:`Stopped`): it cannot judge the save, and keeping its conversation
+open would wedge the project for as long as it stays stopped.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from highlander._core.connection import Connection
 from highlander._core.errors import ProtocolError
 from highlander._core.messages import ProgressReport
+from highlander._host.identity import run_state
 from highlander._host.log import log
 from highlander._shell.hooks import call_hook
 from highlander._shell.progress import Progress
@@ -47,10 +51,41 @@ SaveHook = Callable[[Progress], Any]
 
 
 class SuccessorLeft(Exception):  # noqa: N818 - an event, not a failure of ours
-    """The newcomer a save was for ended its conversation before SAVED.
+    """The newcomer a save was for ended its conversation before SAVED (or was let go).
 
     The run goes on (the next request joins it); the conversation is over.
+    ``reason``: for the ``timeout`` event (``successor left``, ``successor stopped``).
     """
+
+    def __init__(self, message: str, reason: str = "successor left") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class Stopped:
+    """Whether the successor ``pid`` (on this kernel) has stayed stopped for ``stall``.
+
+    Sampled every ``stall / 4`` while the follower waits: a stop is counted
+    from the first sample that shows it, so a newcomer is let go after
+    ``stall`` to ``1.25 * stall`` of being stopped, never sooner.
+    """
+
+    def __init__(self, pid: int, stall: float) -> None:
+        """Watch ``pid`` with the patience ``stall`` (seconds)."""
+        self.pid = pid
+        self.stall = stall
+        self.every = stall / 4
+        self._since: float | None = None
+
+    def past(self, now: float) -> bool:
+        """Whether it has been stopped since at least ``stall`` before ``now``."""
+        sample = run_state(self.pid, threads=False)
+        if sample is None or sample.state not in "Tt":
+            self._since = None  # running again, or gone (its end of stream says so)
+            return False
+        if self._since is None:
+            self._since = now
+        return now - self._since >= self.stall
 
 
 class SaveFlight:
@@ -102,19 +137,23 @@ class SaveFlight:
         for wake in list(self._wakes):
             wake.set()
 
-    async def follow(self, sock: socket.socket, conn: Connection) -> dict[str, Any] | None:
+    async def follow(
+        self, sock: socket.socket, conn: Connection, stopped: Stopped | None = None
+    ) -> dict[str, Any] | None:
         """Send this run's progress as PROGRESS frames until it ends; return its handoff.
 
-        Raises the hook's exception if it failed.
+        Raises the hook's exception if it failed, :class:`SuccessorLeft` if the
+        newcomer left (or, watched by ``stopped``, stayed stopped too long).
         """
         runtime = self.runtime
         await send_message(sock, conn, ProgressReport(counter=0, note="saving"), runtime)
-        left = runtime.flag()
+        left: list[SuccessorLeft] = []
+        leaving = runtime.flag()
         failure: Exception | None = None
         async with runtime.group() as tasks:
-            tasks.spawn(self._notice_leaving, sock, left)
+            tasks.spawn(self._notice_leaving, sock, leaving, left, stopped)
             try:
-                await self._pump(sock, conn, left)
+                await self._pump(sock, conn, leaving, left)
             except Exception as exc:  # raised below: anyio's group would wrap it in a group
                 failure = exc
             tasks.cancel()
@@ -124,15 +163,17 @@ class SaveFlight:
             raise self.error
         return self.handoff
 
-    async def _pump(self, sock: socket.socket, conn: Connection, left: Flag) -> None:
+    async def _pump(
+        self, sock: socket.socket, conn: Connection, leaving: Flag, left: list[SuccessorLeft]
+    ) -> None:
         """Send each new state of the progress until the run ends (or the newcomer left)."""
         runtime, sent = self.runtime, 0
         while True:
             wake = runtime.flag()
             self._wakes.append(wake)
             try:
-                if left.is_set():
-                    raise SuccessorLeft("the newcomer ended its conversation during the save")
+                if leaving.is_set():
+                    raise left[0]
                 state = self.progress.state
                 if state.counter > sent:
                     step = ProgressReport(state.counter, state.done, state.total, state.note)
@@ -145,16 +186,31 @@ class SaveFlight:
             finally:
                 self._wakes.remove(wake)
 
-    async def _notice_leaving(self, sock: socket.socket, left: Flag) -> None:
-        """Set ``left`` (and wake the follower) when the newcomer's end of ``sock`` is gone.
+    async def _notice_leaving(
+        self, sock: socket.socket, leaving: Flag, left: list[SuccessorLeft], stopped: Stopped | None
+    ) -> None:
+        """Set ``leaving`` (and wake the follower) when the newcomer's end of ``sock`` is gone.
 
         The protocol has the newcomer send nothing between SAVE and SAVED, so
         readable means its end of stream (or a reset); a byte that comes
-        anyway is left for the reader after SAVED to judge.
+        anyway is left for the reader after SAVED to judge.  With ``stopped``,
+        also when the kernel has shown the newcomer stopped for its ``stall``.
         """
+        runtime = self.runtime
         while True:
             try:
-                await self.runtime.readable(sock)
+                if not await runtime.readable(sock, None if stopped is None else stopped.every):
+                    assert stopped is not None
+                    if stopped.past(runtime.now()):
+                        left.append(
+                            SuccessorLeft(
+                                f"the newcomer (pid {stopped.pid}) stayed stopped for "
+                                f"{stopped.stall:g} s during the save",
+                                "successor stopped",
+                            )
+                        )
+                        break
+                    continue
                 data = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
             except (BlockingIOError, InterruptedError):
                 continue
@@ -164,9 +220,10 @@ class SaveFlight:
                 return
             if data:
                 return
-            left.set()
-            self._wake_all()
-            return
+            left.append(SuccessorLeft("the newcomer ended its conversation during the save"))
+            break
+        leaving.set()
+        self._wake_all()
 
 
 #: Frames of a failed hook's traceback kept on stderr (the innermost ones).

@@ -286,3 +286,41 @@ def test_a_newcomer_killed_during_a_hung_save_leaves_no_successor_behind(
     assert [(e["pid"], e["phase"]) for e in kids.events("hung")] == [(second.pid, "stall")]
     # One run of the hook, never two at once (it never ended: SIGTERM took the holder).
     assert [line.split()[0] for line in saves.read_text().splitlines()] == ["start"]
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_newcomer_stopped_during_a_hung_save_is_let_go_after_stall(
+    kids: Children, api: str
+) -> None:
+    # As above, but the patient newcomer is SIGSTOPped (a terminal's Ctrl-Z): its
+    # conversation stays open, and without the kernel's word the holder would call
+    # it its successor, answer BUSY in its name, and nobody could judge the hung
+    # hook, for as long as it stays stopped.
+    saves = kids.witness.with_name("saves.log")
+    first = kids.start(
+        steps=2, step_delay=0.05, save="stall", save_witness=str(saves), timeouts=FAST,
+        **{"async": api == "async"},
+    )  # fmt: skip
+    first.wait_for("ready")
+    patient = kids.start(timeouts={**FAST, "stall": 600.0, "ceiling": 1200.0})
+    deadline = time.monotonic() + 30  # a hang guard
+    while not [e for e in kids.events("progress") if e["pid"] == patient.pid and e["counter"] == 2]:
+        assert time.monotonic() < deadline, "the patient newcomer saw no progress"
+        time.sleep(0.02)
+    os.kill(patient.pid, signal.SIGSTOP)
+    try:
+        second = kids.start(timeouts=FAST)
+        report = second.wait_for("ready")
+        assert report["outcome"] == "claimed_stale"
+    finally:
+        os.kill(patient.pid, signal.SIGCONT)
+    # Resumed, it finds its conversation closed and asks the new holder in turn.
+    resumed = patient.wait_for("ready")
+    assert (resumed["outcome"], resumed["generation"]) == ("succeeded", report["generation"] + 1)
+    second.wait_for("deposed")
+    stopped = [e for e in kids.events("timeout") if e.get("reason") == "successor stopped"]
+    assert [(e["pid"], e["peer_pid"]) for e in stopped] == [(first.pid, patient.pid)]
+    # The holder's stall (FAST: 0.6 s) of the newcomer being stopped, then the second
+    # newcomer joined the same run of the hook and judged it stalled.
+    assert [(e["pid"], e["phase"]) for e in kids.events("hung")] == [(second.pid, "stall")]
+    assert [line.split()[0] for line in saves.read_text().splitlines()] == ["start"]
