@@ -9,13 +9,14 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from highlander._core.deadlines import Timeouts
 from highlander._host.waiting import BLOCKING, run_blocking
 from highlander._shell.unreachable import end_unreachable_holder
-from tests.support.proctools import Children, wait_stopped
+from tests.support.proctools import Child, Children, wait_stopped
 
 FAST = {"hello": 0.5, "stall": 0.6, "ceiling": 1.5, "exit_grace": 0.5, "term_grace": 0.5}
 
@@ -256,6 +257,26 @@ def test_a_holder_that_claimed_after_a_recordless_patience_ran_out_is_left_alone
     assert [e for e in kids.events() if e["event"] in ("hung", "terminated", "killed")] == []
 
 
+def _patient_in_a_hung_save(kids: Children, api: str, **holder: Any) -> tuple[Child, Child, Path]:
+    """A holder (``api``) whose hook stops advancing after two steps and never returns,
+    and a patient newcomer (it would wait ten minutes) that has seen both steps.
+
+    Returns the holder, the newcomer and the hook's witness file.
+    """
+    saves = kids.witness.with_name("saves.log")
+    first = kids.start(
+        steps=2, step_delay=0.05, save="stall", save_witness=str(saves),
+        **{"async": api == "async"}, **holder,
+    )  # fmt: skip
+    first.wait_for("ready")
+    patient = kids.start(timeouts={**FAST, "stall": 600.0, "ceiling": 1200.0})
+    deadline = time.monotonic() + 30  # a hang guard
+    while not [e for e in kids.events("progress") if e["pid"] == patient.pid and e["counter"] == 2]:
+        assert time.monotonic() < deadline, "the patient newcomer saw no progress"
+        time.sleep(0.02)
+    return first, patient, saves
+
+
 @pytest.mark.parametrize("api", ["sync", "async"])
 def test_a_newcomer_killed_during_a_hung_save_leaves_no_successor_behind(
     kids: Children, api: str
@@ -264,16 +285,7 @@ def test_a_newcomer_killed_during_a_hung_save_leaves_no_successor_behind(
     # newcomer (patient: it would wait ten minutes) is SIGKILLed mid-save; the
     # holder must stop calling it its successor, or it answers every later
     # newcomer BUSY in a dead process's name and none can judge the save.
-    saves = kids.witness.with_name("saves.log")
-    first = kids.start(
-        steps=2, step_delay=0.05, save="stall", save_witness=str(saves), **{"async": api == "async"}
-    )
-    first.wait_for("ready")
-    patient = kids.start(timeouts={**FAST, "stall": 600.0, "ceiling": 1200.0})
-    deadline = time.monotonic() + 30  # a hang guard
-    while not [e for e in kids.events("progress") if e["pid"] == patient.pid and e["counter"] == 2]:
-        assert time.monotonic() < deadline, "the patient newcomer saw no progress"
-        time.sleep(0.02)
+    first, patient, saves = _patient_in_a_hung_save(kids, api)
     os.kill(patient.pid, signal.SIGKILL)
     assert patient.finish()[0] == -signal.SIGKILL
     second = kids.start(timeouts=FAST)
@@ -296,17 +308,7 @@ def test_a_newcomer_stopped_during_a_hung_save_is_let_go_after_stall(
     # conversation stays open, and without the kernel's word the holder would call
     # it its successor, answer BUSY in its name, and nobody could judge the hung
     # hook, for as long as it stays stopped.
-    saves = kids.witness.with_name("saves.log")
-    first = kids.start(
-        steps=2, step_delay=0.05, save="stall", save_witness=str(saves), timeouts=FAST,
-        **{"async": api == "async"},
-    )  # fmt: skip
-    first.wait_for("ready")
-    patient = kids.start(timeouts={**FAST, "stall": 600.0, "ceiling": 1200.0})
-    deadline = time.monotonic() + 30  # a hang guard
-    while not [e for e in kids.events("progress") if e["pid"] == patient.pid and e["counter"] == 2]:
-        assert time.monotonic() < deadline, "the patient newcomer saw no progress"
-        time.sleep(0.02)
+    first, patient, saves = _patient_in_a_hung_save(kids, api, timeouts=FAST)
     os.kill(patient.pid, signal.SIGSTOP)
     try:
         second = kids.start(timeouts=FAST)
