@@ -28,10 +28,10 @@ instead of killing a deaf holder.
 from __future__ import annotations
 
 import errno
-from typing import TYPE_CHECKING
 
 from highlander._host.event_log import Event, EventLog, Outcome
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (4 ms for a holder)
 if TYPE_CHECKING:
     from highlander._host.waiting import Cancellable, Waiter
     from highlander._shell.incumbent import Incumbent

@@ -255,3 +255,29 @@ def test_a_sync_holder_serves_a_succession_without_an_event_loop(kids: Children)
     assert holder.wait_for("saving")["loops"] == []
     assert holder.wait_for("deposed")["loops"] == []
     assert holder.finish()[0] == 0
+
+
+#: A holder that reports what its process has loaded once its server is serving.
+SERVING_HOLDER = """
+import json, os, sys, threading
+from highlander import Highlander
+
+hl = Highlander(app="child").acquire()
+for _ in range(500):  # the serving thread builds its Incumbent in the background
+    if hl._incumbent is not None:
+        break
+    threading.Event().wait(0.01)
+loaded = sorted(m for m in ("typing", "dataclasses", "inspect") if m in sys.modules)
+os.write(int(os.environ["HL_READY_FD"]), (json.dumps({"event": "ready", "loaded": loaded, "serving": hl._incumbent is not None}) + "\\n").encode())
+hl.release()
+"""
+
+
+def test_a_serving_holder_loads_no_typing(kids: Children) -> None:
+    # typing is 4 ms of a holder's CPU (docs/performance.md), spent while an etcd
+    # newcomer's holder saves: the serving side names its types for checkers only.
+    child = kids.spawn([sys.executable, "-c", SERVING_HOLDER], kids.env())
+    report = child.wait_for("ready")
+    assert report["serving"] is True
+    assert report["loaded"] == []
+    assert child.finish()[0] == 0
