@@ -57,7 +57,7 @@ from highlander._host.settings import Settings
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Literal
 
     from highlander._host.listener import Listener
     from highlander._host.rendezvous import ProjectPaths
@@ -95,8 +95,8 @@ class ProjectLock:
         return cls(fd)
 
     @classmethod
-    def adopt(cls, fd: int, path: str) -> ProjectLock | None:
-        """Adopt a lock descriptor passed by the predecessor; ``None`` if it is not ours.
+    def adopt(cls, fd: int, path: str) -> ProjectLock | Literal["stale", "foreign"]:
+        """Adopt a lock descriptor passed by the predecessor, if it holds the project's lock.
 
         The descriptor must be the project's lock file (same device and inode)
         and its description must hold the lock *now*, which the kernel says
@@ -104,17 +104,31 @@ class ProjectLock:
         description (after this newcomer went silent past its deadline) left
         this one holding nothing, and ``flock`` on it would quietly take the
         lock back from under the predecessor.
+
+        Otherwise the descriptor is closed and the answer says why:
+        ``"stale"``, a copy of a lock file that holds nothing now or is no
+        longer the file at ``path`` (the predecessor kept the project, or the
+        rendezvous was replaced, while we were not looking); ``"foreign"``,
+        not a regular file (not a lock at all).
         """
         try:
-            st, expected = os.fstat(fd), os.stat(path, follow_symlinks=False)
-            same = (st.st_dev, st.st_ino) == (expected.st_dev, expected.st_ino)
-            if same and stat.S_ISREG(st.st_mode) and fd_holds_flock(fd):
-                os.set_inheritable(fd, False)
-                return cls(fd)
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode):
+                expected = os.stat(path, follow_symlinks=False)
+                if (st.st_dev, st.st_ino) == (expected.st_dev, expected.st_ino) and fd_holds_flock(
+                    fd
+                ):
+                    os.set_inheritable(fd, False)
+                    return cls(fd)
+                found: Literal["stale", "foreign"] = "stale"
+            else:
+                found = "foreign"
+        except FileNotFoundError:  # no lock file at the path any more
+            found = "stale"
         except OSError:
-            pass
+            found = "foreign"
         os.close(fd)
-        return None
+        return found
 
     def stored(self) -> tuple[int, list[list[Any]]]:
         """The generation and the debts of exit the lock file keeps (:func:`copy_of`)."""

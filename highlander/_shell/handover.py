@@ -41,6 +41,8 @@ from highlander._shell.client import Greeting
 from highlander._shell.takeover import adopt_handover, prepare_takeover, take_over
 from highlander._shell.wire import Baseline, Overdue, receive_event, send_message
 
+#: Why a newcomer let go of a SAVED it read only after the incumbent's ACK deadline.
+STALE = "the incumbent kept the project: the lock that came with SAVED holds nothing now"
 #: The ways a conversation breaks when the incumbent's end is gone or not reading.
 _BROKEN = (BrokenPipeError, ConnectionResetError, TimeoutError)
 
@@ -55,8 +57,13 @@ async def conclude(
     """
     events, peer = settings.events, greeting.peer
     sock, conn, waiter = greeting.sock, greeting.conn, greeting.waiter
-    lock, listener = adopt_handover(settings, fds)
+    adopted = adopt_handover(settings, fds)
     fds.clear()
+    if adopted is None:
+        ms = _ms(started, waiter)
+        events.emit(Event.HANDOVER_ABORTED, peer_pid=peer.pid, reason=STALE, duration_ms=ms)
+        return None
+    lock, listener = adopted
     staged = None
     committed = False
     try:

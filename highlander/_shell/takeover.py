@@ -9,6 +9,9 @@ the handover committed, take the listener and install the record.
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 from highlander._core.errors import HighlanderError, RemoteProtocolError, UnsafeFileError
 from highlander._core.values import Value
 from highlander._host.claim import ProjectLock, Reign, kept_beside, new_record
@@ -33,8 +36,14 @@ if TYPE_CHECKING:
     from highlander._host.listener import Listener
 
 
-def adopt_handover(settings: Settings, fds: list[int]) -> tuple[ProjectLock, Listener]:
-    """Adopt the lock and the listener a predecessor passed with SAVED (in that order)."""
+def adopt_handover(settings: Settings, fds: list[int]) -> tuple[ProjectLock, Listener] | None:
+    """Adopt the lock and the listener a predecessor passed with SAVED (in that order).
+
+    ``None`` (both closed) when the lock that came holds nothing now: the
+    predecessor kept the project after our ACK deadline (we were stopped or
+    starved with SAVED unread) or the rendezvous was replaced meanwhile.  The
+    offer went stale, and the newcomer asks again.
+    """
     from highlander._host.listener import Listener  # noqa: PLC0415 - only a successor adopts
 
     if len(fds) != 2:
@@ -42,9 +51,13 @@ def adopt_handover(settings: Settings, fds: list[int]) -> tuple[ProjectLock, Lis
             f"SAVED arrived with {len(fds)} descriptors instead of the lock and the listener"
         )
     lock = ProjectLock.adopt(fds[0], settings.paths.lock)
+    if lock == "stale":
+        with contextlib.suppress(OSError):
+            os.close(fds[1])
+        return None
     listener = Listener.adopt(fds[1], settings.paths)
-    if lock is None or listener is None:
-        if lock is not None:
+    if isinstance(lock, str) or listener is None:
+        if not isinstance(lock, str):
             lock.release()
         if listener is not None:
             listener.close(unlink=False)

@@ -268,7 +268,8 @@ for _ in range(500):  # the serving thread builds its Incumbent in the backgroun
         break
     threading.Event().wait(0.01)
 loaded = sorted(m for m in ("typing", "dataclasses", "inspect") if m in sys.modules)
-os.write(int(os.environ["HL_READY_FD"]), (json.dumps({"event": "ready", "loaded": loaded, "serving": hl._incumbent is not None}) + "\\n").encode())
+report = {"event": "ready", "loaded": loaded, "serving": hl._incumbent is not None}
+os.write(int(os.environ["HL_READY_FD"]), (json.dumps(report) + "\\n").encode())
 hl.release()
 """
 

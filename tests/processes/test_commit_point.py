@@ -128,6 +128,32 @@ def test_a_stopped_newcomers_copies_do_not_outlive_the_incumbent(kids: Children)
     assert stuck.proc.poll() is None  # still stopped: it was never in the way
 
 
+@pytest.mark.timeout(120)
+def test_a_newcomer_stopped_before_saved_arrives_reads_the_kept_project_and_tries_again(
+    kids: Children,
+) -> None:
+    """Found by the chaos (3 of 5 local runs): a newcomer stopped during the save took
+    SAVED and its descriptors from its socket only once resumed, after the incumbent's
+    ACK deadline; the incumbent had kept the project and moved its lock, so the copy
+    held nothing, and the newcomer failed with a protocol error instead of asking again."""
+    first = _holder(kids, steps=5, step_delay=0.1)  # a save of 0.5 s
+    late = kids.start(timeouts=NEWCOMER, report_errors=True)
+    first.wait_for("saving")
+    os.kill(late.pid, signal.SIGSTOP)
+    wait_stopped(late.pid)
+    _wait_for_event(kids, "timeout", phase="ack", pid=first.pid)  # SAVED waits in its socket
+    os.kill(late.pid, signal.SIGCONT)
+    report = late.wait_for("ready")
+    assert report["outcome"] == "succeeded", report
+    assert report["handoff"]["from"] == first.pid and report["handoff"]["counter"] == 1
+    assert first.finish(SETTLE)[0] == 0
+    (aborted,) = [e for e in _events(kids, "handover_aborted") if e["pid"] == late.pid]
+    assert "kept the project" in str(aborted["reason"])
+    assert not _events(kids, "protocol_error")
+    assert_no_overlap(kids.reigns())
+    assert not _events(kids, "terminated") and not _events(kids, "killed")
+
+
 # -- case 3: the incumbent SIGKILLed after SAVED, before the ACK ---------------------
 
 
