@@ -81,6 +81,7 @@ def judge(
     _handoffs(found, clock, losses or [])
     _legacy(who, events, found)
     found.newcomers, found.crashes = counters.newcomers(procs)
+    found.bad_messages += counters.refused_saved(procs)
     found.fork_hook_races = sum(p.fork_hook_races() for p in procs if p.role == "child")
     t0 = clock[0][1]
     found.healthy_signalled, found.fair_signals = counters.healthy_signals(who, events, clock)

@@ -13,6 +13,9 @@
 * **Concurrent saves**: two saves of one holder pid whose ``start`` ..
   ``end`` lines (the save witness, CLOCK_MONOTONIC) overlap.  A save whose
   process died mid-save ends at the harness's exit stamp of that process.
+* **A newcomer failed on SAVED's descriptors** (counted among the invalid
+  messages): a SAVED read after the incumbent's ACK deadline carries a lock
+  copy that holds nothing; the newcomer must ask again, not fail.
 """
 
 from __future__ import annotations
@@ -193,6 +196,22 @@ def newcomers(procs: list[Proc]) -> tuple[Counter[str], list[str]]:
         else:
             verdicts[f"ended with status {p.returncode}"] += 1
     return verdicts, crashes
+
+
+#: What a newcomer says when SAVED's descriptors were not the project's: between two
+#: Highlander processes only a stale offer can cause it, and that is asked again now.
+_BAD_HANDOVER = ("SAVED carried descriptors", "SAVED arrived with")
+
+
+def refused_saved(procs: list[Proc]) -> list[str]:
+    """Children that failed on the descriptors SAVED carried (the must-be-zero messages)."""
+    return [
+        f"pid {p.pid} (step {p.step}): {p.last_error()[:160]}"
+        for p in procs
+        if p.role == "child"
+        and p.returncode == 1
+        and any(said in p.last_error() for said in _BAD_HANDOVER)
+    ]
 
 
 #: The one-line error for a file that is not what it should be (UnsafeFileError).

@@ -269,6 +269,17 @@ def test_the_checker_finds_each_violation() -> None:
     assert found.handoffs_kept == 0
 
 
+def test_the_checker_catches_a_newcomer_failed_on_saveds_descriptors() -> None:
+    """A stale SAVED (read after the ACK deadline) is asked again: failing on it is wrong."""
+    second = 1_000_000_000
+    failed = _proc(101, spawn=0, exit_=second, rc=1, ready=None)
+    failed.stderr_tail = b"highlander: SAVED carried descriptors that are not this project's\n"
+    refused = _proc(102, spawn=0, exit_=second, rc=1, ready=None)
+    refused.stderr_tail = b"highlander: refused: anti-thrash limit reached\n"
+    found = judge([failed, refused], [], [], [(0.0, 0)])
+    assert len(found.bad_messages) == 1 and "pid 101" in found.bad_messages[0]
+
+
 def _holder(pid: int, *, spawn: int, exit_: int, **cfg: Any) -> Proc:
     proc = _proc(pid, spawn=spawn, exit_=exit_, rc=-15, ready={"counter": 1})
     proc.cfg, proc.ready_ns = {"save": "normal", **cfg}, spawn
