@@ -152,6 +152,8 @@ class Report:
             f"  stdout bytes written by children (must be 0): {f.stdout_bytes}",
             f"  generation not advancing by exactly one: {len(f.generation_jumps)} "
             "(each after a corrupted or planted .state)",
+            "  invalid messages between Highlander processes (must be 0): "
+            f"{len(f.bad_messages)} (a newcomer failed on SAVED's descriptors counts)",
             f"  uncaught exceptions in Highlander processes (must be 0): {len(f.crashes)} "
             f"(CPython at-fork hook warnings of logging, apart: {f.fork_hook_races})",
             f"  convergence after the last event: {conv} (bound {CONVERGENCE_BOUND:g} s; "
