@@ -31,7 +31,7 @@ from scripts.chaos.schedule import (
     child_config,
     make_schedule,
 )
-from tests.support.proctools import Children
+from tests.support.proctools import Children, wait_stopped
 
 SEED = 1
 EVENTS = 100
@@ -605,6 +605,7 @@ def test_socketless_holder_with_an_impossible_pid_in_its_record(kids: Children, 
     first, _, _ = _holder_with_record(kids, pid=pid)
     # Stopped, so that it cannot publish its socket again (a running holder does at once).
     os.kill(first.pid, signal.SIGSTOP)
+    wait_stopped(first.pid)
     for sock in kids.runtime.glob("*.sock"):
         sock.unlink()
     newcomer = kids.start(timeouts=TIMEOUTS)

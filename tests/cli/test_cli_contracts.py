@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.proctools import WAIT, Children
+from tests.support.proctools import WAIT, Children, wait_stopped
 
 
 def cli(kids: Children, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -73,6 +73,7 @@ def test_status_of_a_holder_that_does_not_answer_is_4(kids: Children) -> None:
     holder = kids.start()
     holder.wait_for("ready")
     os.kill(holder.pid, signal.SIGSTOP)
+    wait_stopped(holder.pid)
     try:
         done = cli(kids, "status", "--json", "--app", "child")
         human = cli(kids, "status", "--app", "child")

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from highlander._host.identity import process_identity
-from tests.support.proctools import WAIT, Child, Children
+from tests.support.proctools import WAIT, Child, Children, wait_stopped
 from tests.support.proctools_extra import Extras
 
 
@@ -68,6 +68,7 @@ def test_stop_of_a_stopped_holder_advises_cont_or_force_which_ends_it(kids: Chil
     holder = kids.start()
     holder.wait_for("ready")
     os.kill(holder.pid, signal.SIGSTOP)
+    wait_stopped(holder.pid)
     done = cli(kids, "stop", "--app", "child")
     assert done.returncode == 1, done
     assert f"kill -CONT {holder.pid}" in done.stderr, done.stderr

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.proctools import WAIT, Children
+from tests.support.proctools import WAIT, Children, wait_stopped
 from tests.support.treetools import TREE, Trees
 
 
@@ -194,6 +194,7 @@ def test_a_stopped_wrapper_is_replaced_and_its_tree_ends(trees: Trees, kids: Chi
     a_wrapper = trees.wrap("a")
     a = trees.ready("a")
     a_wrapper.send_signal(signal.SIGSTOP)
+    wait_stopped(a_wrapper.pid)
     b_wrapper = trees.wrap("b")
     b = trees.ready("b")
     assert trees.exit_status("a") == -signal.SIGKILL  # the successor's verified kill

@@ -30,7 +30,14 @@ from highlander._etcd.session import app_root, holder_key
 from highlander._host.settings import Settings
 from highlander._shell.etcd_backend import EtcdBackend
 from tests.support.etcd_cluster import Cluster, post
-from tests.support.proctools import WAIT, Child, Children, assert_no_overlap, wait_until_one_left
+from tests.support.proctools import (
+    WAIT,
+    Child,
+    Children,
+    assert_no_overlap,
+    wait_stopped,
+    wait_until_one_left,
+)
 
 #: Short leases keep the tests short on the suite's quiet local cluster (users get >= 5 s).
 TTL = 2
@@ -134,6 +141,7 @@ def test_a_stopped_holder_never_acts_after_its_successor_began(
         assert time.monotonic() < deadline, "the holder never passed check_current()"
         time.sleep(0.01)
     os.kill(first.pid, signal.SIGSTOP)
+    wait_stopped(first.pid)
     second = hosts.start("h2", check_loop=0.005, check_witness=str(checks))
     report = second.wait_for("ready", timeout=SETTLE)
     assert report["outcome"] == "claimed_stale" and report["generation"] == 2

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.etcd_cluster import Cluster
+from tests.support.proctools import wait_stopped
 
 PROGRAM = Path(__file__).parents[1] / "programs" / "etcd_holder.py"
 ROOT = Path(__file__).parents[2]
@@ -115,6 +116,7 @@ def test_a_holder_stopped_past_its_ttl_never_acts_after_its_successor_began(
     first.wait_for("act")
     second = start()
     os.kill(first.process.pid, signal.SIGSTOP)
+    wait_stopped(first.process.pid)
     held = second.wait_for("held", timeout=10 * TTL)  # the lease ended on the server
     second.wait_for("act")
     os.kill(first.process.pid, signal.SIGCONT)

@@ -16,7 +16,7 @@ import sys
 import textwrap
 import time
 
-from tests.support.proctools import Child, Children
+from tests.support.proctools import Child, Children, wait_stopped
 
 #: Reports through HL_READY_FD; sleeps until killed after its last report.
 PRELUDE = """
@@ -126,6 +126,7 @@ def test_warn_mode_warnings_have_short_event_names(kids: Children) -> None:
     holder = kids.start()
     holder.wait_for("ready")
     os.kill(holder.pid, signal.SIGSTOP)
+    wait_stopped(holder.pid)
     try:
         duplicate = _helper(
             kids,
@@ -236,6 +237,7 @@ def test_acquire_timeout_never_signals_a_silent_holder_after_the_time_is_up(
     holder = kids.start()
     holder.wait_for("ready")
     os.kill(holder.pid, signal.SIGSTOP)
+    wait_stopped(holder.pid)
     try:
         # Without a time limit this newcomer would wait 30 s for HELLO, then end the holder.
         newcomer = _timed_newcomer(kids, 0.5, hello=30.0, stall=30.0)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.proctools import Child, Children
+from tests.support.proctools import Child, Children, wait_stopped
 
 #: A start that reports what the main thread imported while claiming.
 #: HL_SNIPPET_MODE: the mode; HL_SNIPPET_HELLO: the hello deadline (seconds);
@@ -145,6 +145,7 @@ def test_duplicate_verdict_needs_no_crypto_and_does_not_wait_for_the_holder(
     holder = kids.start()
     holder.wait_for("ready")
     os.kill(holder.pid, signal.SIGSTOP)  # it cannot answer anything now
+    wait_stopped(holder.pid)
     # A 30 s hello deadline: had the verdict waited for the probe, it could
     # not arrive while the probe is still running.
     report = _start(kids, mode, hello=30.0).wait_for("ready")
@@ -158,6 +159,7 @@ def test_warn_reports_a_silent_holder_from_the_background_probe(kids: Children) 
     holder = kids.start()
     holder.wait_for("ready")
     os.kill(holder.pid, signal.SIGSTOP)
+    wait_stopped(holder.pid)
     child = _start(kids, "warn", hello=0.3, wait_probe=True)
     assert child.wait_for("ready")["holder"] == holder.pid
     child.wait_for("probed")

@@ -288,6 +288,7 @@ def test_a_hung_successor_that_holds_an_inherited_lock_is_still_verified(
     assert second.wait_for("ready")["outcome"] == "succeeded"
     first.wait_for("deposed")
     os.kill(second.pid, signal.SIGSTOP)
+    wait_stopped(second.pid)
     third = kids.start(timeouts=FAST)
     assert third.wait_for("ready", timeout=NO_HANG)["generation"] == 3
     assert second.finish()[0] == -signal.SIGKILL

@@ -40,6 +40,7 @@ def test_sigstopped_incumbent_gets_sigterm_then_sigkill(kids: Children) -> None:
     first = kids.start()
     first.wait_for("ready")
     os.kill(first.pid, signal.SIGSTOP)
+    wait_stopped(first.pid)
     began = time.monotonic()
     second = kids.start(timeouts=FAST)
     report = second.wait_for("ready")
@@ -194,6 +195,7 @@ def test_newcomer_waits_out_a_handover_whose_predecessor_hangs(kids: Children) -
     second = kids.start(timeouts=FAST)
     first.wait_for("deposed")
     os.kill(first.pid, signal.SIGSTOP)
+    wait_stopped(first.pid)
     third = kids.start(timeouts=FAST)
     assert second.wait_for("ready")["outcome"] == "succeeded"
     report = third.wait_for("ready")
@@ -310,6 +312,7 @@ def test_a_newcomer_stopped_during_a_hung_save_is_let_go_after_stall(
     # hook, for as long as it stays stopped.
     first, patient, saves = _patient_in_a_hung_save(kids, api, timeouts=FAST)
     os.kill(patient.pid, signal.SIGSTOP)
+    wait_stopped(patient.pid)
     try:
         second = kids.start(timeouts=FAST)
         report = second.wait_for("ready")
