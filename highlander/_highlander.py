@@ -224,9 +224,9 @@ class Highlander(SharingApi):
         incumbent = self._new_incumbent()
         if incumbent is None:
             return  # released before we got going
-        # The HMAC key is loaded (key cache) or derived at the first conversation,
-        # not now: OpenSSL, or cryptography on a cache miss, would cost every idle
-        # holder megabytes, and the newcomer loads its own key meanwhile anyway.
+        # The HMAC key is derived at the first conversation, not now: the frames'
+        # code would cost every idle holder memory, and the newcomer derives its
+        # own key meanwhile anyway.
         loop = SelectorLoop()
         loop.run(incumbent.serve, loop, self._parent)
 

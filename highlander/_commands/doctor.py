@@ -155,7 +155,6 @@ _EXPECTED = (
     (".state", "a regular file"),
     (".events.jsonl", "a regular file"),
     (".events.jsonl.1", "a regular file"),
-    (".key", "a regular file"),  # the derived key's cache (_host/key_cache)
     (".tmp", "a regular file"),
 )
 
@@ -176,6 +175,9 @@ def _runtime_files(directory: str) -> list[Finding]:
         return []  # absent, or not a directory: the runtime dir check says so
     findings: list[Finding] = []
     for entry in sorted(entries, key=lambda e: e.name):
+        if entry.name.endswith(".key") and entry.name != NAMES_KEY:
+            findings.append(_leftover_key(entry.path))
+            continue
         want = _expected_kind(entry.name)
         if want is None:
             continue
@@ -189,6 +191,13 @@ def _runtime_files(directory: str) -> list[Finding]:
     if not findings:
         findings.append(Finding(OK, "runtime files", f"every file in {directory} is as expected"))
     return findings
+
+
+def _leftover_key(path: str) -> Finding:
+    # Highlander before the key cache was retired kept each project's derived key
+    # there; nothing reads it now, and a derived key is better not left lying about.
+    detail = f"{path}: a project's derived key, left by an earlier Highlander; nothing reads it"
+    return Finding(WARN, "runtime file", detail, f"rm -f {path}")
 
 
 def _proc() -> Finding:

@@ -6,7 +6,7 @@ running ``highlander status`` where nothing ever ran must not make the
 runtime directory, and must not add to any event log.  Here the runtime
 directory is checked if it exists and left alone if not; the names key is
 read, never made (no key: no holder ever started here, and no socket can
-exist); events go nowhere; the key cache is read, never written.  The
+exist); events go nowhere.  The
 per-user secret is the one exception: when a holder listens and runs without
 ``HIGHLANDER_TOKEN``, the signed STATUS needs that secret, and the holder
 makes the same file at its first conversation anyway.

@@ -230,29 +230,19 @@ class Settings:
             self._build = this_build(self._build_given, self.env)
         return self._build
 
-    def key(self, *, keep: bool = False) -> bytes:
-        """The HMAC key for this project: on first use, from the key cache or HKDF.
+    def key(self) -> bytes:
+        """The HMAC key for this project, derived (HKDF) from the token on first use.
 
-        ``keep``: a derived key is written to the cache.  Only a newcomer
-        asks (:func:`highlander._shell.newcomer`): a holder, or a command
-        like ``highlander status``, must leave no file behind.
+        Derived, never stored: four HMACs by the interpreter's SHA-256 take
+        microseconds, less than reading a file back would.
         """
         if self._key is None:
-            from highlander._host import key_cache  # noqa: PLC0415 - keeps the claim path light
+            from highlander._core.signing import derive_key  # noqa: PLC0415 - a conversation's
             from highlander._host.token import resolve_token  # noqa: PLC0415
 
             directory = self.paths.runtime_dir
             secret = resolve_token(self.token, runtime_dir=directory, env=self.env).secret
-            project = self.project_key()
-            cache = key_cache.cache_path(directory, self.paths.base)
-            key = key_cache.load(cache, secret, project)
-            if key is None:
-                from highlander._core.signing import derive_key  # noqa: PLC0415 - a cache miss only
-
-                key = derive_key(secret, project)
-                if keep:
-                    key_cache.store(cache, secret, project, key)
-            self._key = key
+            self._key = derive_key(secret, self.project_key())
         return self._key
 
     def shared_token(self) -> bool:

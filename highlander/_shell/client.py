@@ -90,14 +90,11 @@ async def greet(
     sock: socket.socket,
     waiter: Waiter,
     backend: Backend = LOCAL,
-    *,
-    keep_key: bool = False,
 ) -> Greeting | Silent | Mismatch:
     """Read and verify HELLO on a fresh connection.
 
     Who answers, and whether HELLO matches it, is the ``backend``'s to say
-    (locally ``SO_PEERCRED`` and ``/proc``).  ``keep_key``: a key derived
-    for it is kept in the key cache (a newcomer's; never a command's).
+    (locally ``SO_PEERCRED`` and ``/proc``).
     Raises :class:`AuthenticationError`
     (token), :class:`VersionMismatchError`, :class:`ForeignHolderError` (another
     uid) or :class:`OtherAppError`.
@@ -107,7 +104,7 @@ async def greet(
     local, place = backend.sees(sock), backend.place(settings)
     conn = Connection(
         Role.NEWCOMER,
-        key=settings.key(keep=keep_key),
+        key=settings.key(),
         nonce=os.urandom(16),
         now=waiter.now(),
         timeouts=settings.timeouts,

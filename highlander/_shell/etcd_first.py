@@ -118,8 +118,7 @@ def request(
     """The claim of the first request whose watch is ``listening``; the code loads meanwhile."""
     from highlander._shell.etcd_preload import Preload  # noqa: PLC0415 - after the watch
 
-    # The frames' key, not stored in the key cache: the claim may find the project free,
-    # and a holder leaves no file (deriving it is four HMACs now, as fast as reading one).
+    # The frames' key (four HMACs), derived while etcd answers: a held project needs it.
     session.meanwhile(Preload(place.channel_key.get, settings.key))
     try:
         _send(session, place, first, listening)

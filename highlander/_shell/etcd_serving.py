@@ -48,7 +48,7 @@ async def keep_watch(backend: EtcdBackend, incumbent: Incumbent) -> None:
     from highlander._shell import etcd_peer  # noqa: F401, PLC0415 - what a HELLO's check needs
 
     load()
-    # The frames' key (and the key cache's module): the first HELLO waited for it.
+    # The frames' key (and the code that derives it): the first HELLO waited for it.
     incumbent.settings.key()
     listener = incumbent.reign.listener.sock.getsockname()
     admitted = session.spawn(

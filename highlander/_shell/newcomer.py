@@ -170,7 +170,7 @@ async def _attempt(
         return Nobody()
     fds: list[int] = []
     try:
-        greeting = await greet(settings, sock, waiter, backend, keep_key=True)
+        greeting = await greet(settings, sock, waiter, backend)
         if isinstance(greeting, Mismatch):
             return greeting
         if isinstance(greeting, Silent):

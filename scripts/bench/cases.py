@@ -130,15 +130,12 @@ def succession(
     extra: dict[str, str] | None = None,
     *,
     settle: bool = True,
-    cold: bool = False,
 ) -> tuple[Child, Child, dict[str, Any]]:
     """One holder child, deposed by one fresh newcomer child; the newcomer's report.
 
     With ``settle`` the newcomer starts once the holder has gone quiet (its
     serving side loads in the background after ``acquire()`` returns), as a
     holder that has run for a while is; without, right after ``ready``.
-    With ``cold`` the runtime directory's key cache is removed first, as
-    before a project's first succession: both sides derive the key (HKDF).
     """
     holder = kids.start("holder", flags, extra)
     ready = holder.expect("ready")
@@ -148,11 +145,6 @@ def succession(
         wait_until_quiet(holder.pid)
     if extra and extra.get("HL_BENCH_MARKS"):
         holder.expect("serving")
-    if cold:
-        from highlander._host.key_cache import cache_path  # noqa: PLC0415 - after the pycache
-
-        paths = kids.settings().paths
-        Path(cache_path(paths.runtime_dir, paths.base)).unlink(missing_ok=True)
     incoming, got = newcomer(kids, "succeeded", flags, extra)
     if got["handoff"] != {"saved_by": holder.pid}:
         raise BenchError(f"the newcomer got handoff {got['handoff']!r}")
@@ -181,7 +173,6 @@ def bench_succession(base: Path, runs: int, script: Path) -> list[Row]:
         succession(kids)  # warm-up: bytecode and page caches
         settled = [succession(kids)[2]["seconds"] * 1000 for _ in range(runs)]
         at_once = [succession(kids, settle=False)[2]["seconds"] * 1000 for _ in range(runs)]
-        cold = [succession(kids, cold=True)[2]["seconds"] * 1000 for _ in range(runs)]
     return [
         Row(
             "succession",
@@ -199,16 +190,6 @@ def bench_succession(base: Path, runs: int, script: Path) -> list[Row]:
             note=(
                 "the newcomer starts as soon as the holder reports ready; it waits for the "
                 "holder's serving side, which loads in the background after acquire()"
-            ),
-        ),
-        Row(
-            "succession_cold",
-            "2. succession, the project's first (no key cache)",
-            "ms",
-            cold,
-            note=(
-                "the runtime directory's key cache removed before each run, as before a "
-                "project's first succession: both sides import cryptography and derive the key"
             ),
         ),
     ]

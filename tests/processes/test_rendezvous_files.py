@@ -24,7 +24,6 @@ import pytest
 
 from highlander import Deposed, Highlander
 from highlander._host import log as _log
-from highlander._host.key_cache import cache_path
 from highlander._host.rendezvous import ProjectPaths, names_key, project_paths
 from tests.support.proctools import WAIT, Child, Children, wait_stopped, wipe
 from tests.support.proctools_extra import OTHER_UID, Extras, last_stderr_line
@@ -228,8 +227,8 @@ def test_doctor_lists_every_unsafe_file_with_its_fix(kids: Children, tmp_path: P
     _plant(paths.state, "fifo", tmp_path)
     _plant(paths.lock, "directory", tmp_path)
     _plant(paths.events, "symlink", tmp_path)
-    key_cache = cache_path(paths.runtime_dir, paths.base)
-    _plant(key_cache, "fifo", tmp_path)
+    rotated = paths.events + ".1"
+    _plant(rotated, "fifo", tmp_path)
     done = subprocess.run(
         [sys.executable, "-m", "highlander.cli", "doctor", "--app", APP],
         env=kids.env(),
@@ -243,9 +242,30 @@ def test_doctor_lists_every_unsafe_file_with_its_fix(kids: Children, tmp_path: P
         (paths.state, "a FIFO"),
         (paths.lock, "a directory"),
         (paths.events, "a symlink"),
-        (key_cache, "a FIFO"),
+        (rotated, "a FIFO"),
     ):
         assert f"remove {path} (it is {what}" in text, text
+
+
+def test_doctor_names_a_key_file_an_earlier_highlander_left(kids: Children) -> None:
+    # Highlander kept each project's derived key in <base>.key until it derived the key
+    # at every conversation; a file left from then is not read, and is worth removing.
+    paths = _paths(kids)
+    leftover = os.path.join(paths.runtime_dir, paths.base + ".key")
+    Path(leftover).write_bytes(bytes(64))
+    os.chmod(leftover, 0o600)
+    done = subprocess.run(
+        [sys.executable, "-m", "highlander.cli", "doctor", "--app", APP],
+        env=kids.env(),
+        capture_output=True,
+        timeout=WAIT,
+        check=False,
+    )
+    text = done.stdout.decode()
+    assert done.returncode == 0, text  # a warning, not a failure
+    assert f"WARN runtime file {leftover}: a project's derived key" in text, text
+    assert f"fix: rm -f {leftover}" in text, text
+    assert "names.key" not in text  # the names key is in use, and is not this
 
 
 # -- a signal needs the lock itself, not an open file ------------------------------
