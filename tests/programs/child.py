@@ -400,11 +400,11 @@ def apply_limits_and_faults() -> None:
         real_key = Settings.key
         failed: list[bool] = []
 
-        def key(self: Settings, *, keep: bool = False) -> bytes:
+        def key(self: Settings) -> bytes:
             if not failed:
                 failed.append(True)
                 raise RuntimeError("injected fault in the first conversation")
-            return real_key(self, keep=keep)
+            return real_key(self)
 
         Settings.key = key  # type: ignore[method-assign]
     elif fault == "accept":
