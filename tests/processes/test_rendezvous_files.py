@@ -222,6 +222,16 @@ def test_cli_status_and_events_with_fifos_do_not_hang(kids: Children) -> None:
         assert "it is a FIFO" in line, (command, line)
 
 
+def _doctor(kids: Children) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "highlander.cli", "doctor", "--app", APP],
+        env=kids.env(),
+        capture_output=True,
+        timeout=WAIT,
+        check=False,
+    )
+
+
 def test_doctor_lists_every_unsafe_file_with_its_fix(kids: Children, tmp_path: Path) -> None:
     paths = _paths(kids)
     _plant(paths.state, "fifo", tmp_path)
@@ -229,13 +239,7 @@ def test_doctor_lists_every_unsafe_file_with_its_fix(kids: Children, tmp_path: P
     _plant(paths.events, "symlink", tmp_path)
     rotated = paths.events + ".1"
     _plant(rotated, "fifo", tmp_path)
-    done = subprocess.run(
-        [sys.executable, "-m", "highlander.cli", "doctor", "--app", APP],
-        env=kids.env(),
-        capture_output=True,
-        timeout=WAIT,
-        check=False,
-    )
+    done = _doctor(kids)
     assert done.returncode == 1
     text = done.stdout.decode()
     for path, what in (
@@ -254,13 +258,7 @@ def test_doctor_names_a_key_file_an_earlier_highlander_left(kids: Children) -> N
     leftover = os.path.join(paths.runtime_dir, paths.base + ".key")
     Path(leftover).write_bytes(bytes(64))
     os.chmod(leftover, 0o600)
-    done = subprocess.run(
-        [sys.executable, "-m", "highlander.cli", "doctor", "--app", APP],
-        env=kids.env(),
-        capture_output=True,
-        timeout=WAIT,
-        check=False,
-    )
+    done = _doctor(kids)
     text = done.stdout.decode()
     assert done.returncode == 0, text  # a warning, not a failure
     assert f"WARN runtime file {leftover}: a project's derived key" in text, text
