@@ -268,6 +268,26 @@ def holds_lock(pid: int, path: str) -> bool:
     return False
 
 
+def flock_held(path: str) -> bool:
+    """Whether some open file description holds a ``flock`` on the file at ``path`` now.
+
+    ``/proc/locks`` lists every lock with the file's device and inode; it
+    says nothing reliable of who holds it (the process it names is the one
+    that called ``flock``: after a succession, the predecessor).
+    """
+    try:
+        st = os.stat(path, follow_symlinks=False)
+        with open("/proc/locks", "rb") as handle:
+            listed = handle.read().splitlines()
+    except OSError:
+        return False
+    wanted = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}".encode()
+    # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:2147010 0 EOF"; a waiter's line has "->".
+    return any(
+        fields[1:2] == [b"FLOCK"] and fields[5:6] == [wanted] for fields in map(bytes.split, listed)
+    )
+
+
 def fd_holds_flock(fd: int) -> bool:
     """Whether our descriptor ``fd``'s open file description owns an exclusive ``flock``.
 

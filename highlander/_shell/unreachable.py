@@ -15,7 +15,7 @@ import os
 
 from highlander._core.errors import IncumbentUnreachableError
 from highlander._host.event_log import Event
-from highlander._host.identity import is_halted
+from highlander._host.identity import Expected, flock_held, is_halted, process_identity
 from highlander._host.record import read_record
 from highlander._host.settings import Settings
 from highlander._host.termination import terminate
@@ -32,6 +32,24 @@ def blocked_error(settings: Settings, blocker: str) -> IncumbentUnreachableError
         f"{settings.paths.socket} is {blocker}, so nobody can reach the holder: remove "
         f"it (rmdir {settings.paths.socket}) and the holder publishes its socket again"
     )
+
+
+def handed_on_error(settings: Settings, pid: int) -> IncumbentUnreachableError:
+    """The one line for a lock that outlived the holder its record names."""
+    return IncumbentUnreachableError(
+        f"the project's lock is still held, but the holder its record names (pid {pid}) has "
+        f"exited and nobody answers on {settings.paths.socket}: a process it passed the lock "
+        "to holds it (a newcomer stopped in the middle of a handover, most likely). "
+        "Highlander will not signal a process no record names: resume it (kill -CONT; it "
+        f"then takes over with the saved state) or end it; `fuser -v {settings.paths.lock}` "
+        "names it"
+    )
+
+
+def _gone(target: Expected) -> bool:
+    """Whether the process ``target`` names has exited (its pid free, or another's now)."""
+    found = process_identity(target.pid)
+    return found is None or found.start_time != target.start_time
 
 
 async def end_unreachable_holder(
@@ -64,6 +82,16 @@ async def end_unreachable_holder(
     if target.pid == os.getpid():
         raise claimed_twice(settings)
     check(waiter)
+    if _gone(target) and flock_held(settings.paths.lock):
+        # Its lock outlived it: a process it passed the lock to holds it.  A running
+        # successor commits within exit_grace of the end; look once more after that.
+        await waiter.sleep(settings.timeouts.exit_grace)
+        again = read_record(settings.paths.state)
+        if again is not None and (again.pid, again.generation) != seen:
+            return
+        if flock_held(settings.paths.lock):
+            raise handed_on_error(settings, target.pid)
+        return
     settings.events.emit(Event.HUNG, peer_pid=target.pid, phase="queue" if queue_full else "socket")
     halted = is_halted(target.pid)
     await terminate(

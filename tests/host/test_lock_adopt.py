@@ -1,4 +1,4 @@
-"""Adopting the lock a predecessor passed with SAVED: held, stale, or not a lock (real flocks)."""
+"""The lock a predecessor passed with SAVED: adopted, stale or foreign; and whether any holds it."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from highlander._host.claim import ProjectLock
+from highlander._host.identity import flock_held
 
 
 def _locked(path: Path) -> int:
@@ -59,3 +60,16 @@ def test_a_descriptor_that_is_no_file_is_foreign(tmp_path: Path) -> None:
     read_end, write_end = os.pipe()
     assert ProjectLock.adopt(read_end, str(tmp_path / "p.lock")) == "foreign"
     os.close(write_end)
+
+
+def test_flock_held_sees_a_lock_whoever_holds_its_description(tmp_path: Path) -> None:
+    path = tmp_path / "p.lock"
+    path.write_bytes(b"")
+    assert not flock_held(str(path))
+    holder = _locked(path)
+    copy = os.dup(holder)  # what a successor holds after SAVED
+    os.close(holder)  # the holder gone: its copy keeps the lock
+    assert flock_held(str(path))
+    assert not flock_held(str(tmp_path / "other.lock"))  # no such file: nothing held
+    os.close(copy)
+    assert not flock_held(str(path))

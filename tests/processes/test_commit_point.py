@@ -154,6 +154,33 @@ def test_a_newcomer_stopped_before_saved_arrives_reads_the_kept_project_and_trie
     assert not _events(kids, "terminated") and not _events(kids, "killed")
 
 
+@pytest.mark.timeout(120)
+def test_a_lock_that_outlived_its_holder_is_named_not_retried_200_times(kids: Children) -> None:
+    """Found by the chaos (local seed 2): the incumbent died before its ACK deadline while a
+    stopped newcomer held the lock it had passed with SAVED, and its socket was deleted.
+    Newcomers judged the dead holder hung, found it gone, and tried again until they gave
+    up after 200 attempts.  They now say who holds the lock in one line (as they do when
+    the socket is still there); the stopped newcomer, resumed, takes over with the state."""
+    first = _holder(kids)
+    stuck = kids.start(timeouts=NEWCOMER, before_ack={"stop": True, "once": True})
+    stuck.wait_for("before_ack")
+    wait_stopped(stuck.pid)
+    os.kill(first.pid, signal.SIGKILL)  # before its ACK deadline: its lock stays passed on
+    assert first.finish(SETTLE)[0] == -signal.SIGKILL
+    for sock in kids.runtime.glob("*.sock"):
+        sock.unlink()
+    third = kids.start(timeouts=NEWCOMER, report_errors=True)
+    report = third.wait_for("error")
+    assert report["type"] == "IncumbentUnreachableError", report
+    assert f"the holder its record names (pid {first.pid}) has exited" in report["message"]
+    assert "kill -CONT" in report["message"] and "fuser -v" in report["message"]
+    assert third.finish(SETTLE)[0] == 1
+    assert not _events(kids, "terminated") and not _events(kids, "killed")
+    os.kill(stuck.pid, signal.SIGCONT)
+    took = stuck.wait_for("ready")
+    assert took["outcome"] == "succeeded" and took["handoff"]["from"] == first.pid, took
+
+
 # -- case 3: the incumbent SIGKILLed after SAVED, before the ACK ---------------------
 
 
