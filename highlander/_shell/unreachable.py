@@ -6,7 +6,8 @@ connections stays full) for longer than the newcomer's patience allows
 make that nobody's fault: a directory there is named, never answered with a
 kill.  Otherwise the holder named by the record is verified and ended
 (:mod:`highlander._host.termination`), but only if it is still the holder the
-patience ran out under.
+patience ran out under.  A lock that outlived that holder (it passed the
+lock on with SAVED, to a newcomer now stopped) is named, never signalled.
 """
 
 from __future__ import annotations
