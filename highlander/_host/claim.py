@@ -111,22 +111,18 @@ class ProjectLock:
         rendezvous was replaced, while we were not looking); ``"foreign"``,
         not a regular file (not a lock at all).
         """
+        found: Literal["stale", "foreign"] = "foreign"
         try:
             st = os.fstat(fd)
             if stat.S_ISREG(st.st_mode):
+                found = "stale"  # a lock file's copy: ours only if it is the one, and holds
                 expected = os.stat(path, follow_symlinks=False)
-                if (st.st_dev, st.st_ino) == (expected.st_dev, expected.st_ino) and fd_holds_flock(
-                    fd
-                ):
+                same = (st.st_dev, st.st_ino) == (expected.st_dev, expected.st_ino)
+                if same and fd_holds_flock(fd):
                     os.set_inheritable(fd, False)
                     return cls(fd)
-                found: Literal["stale", "foreign"] = "stale"
-            else:
-                found = "foreign"
-        except FileNotFoundError:  # no lock file at the path any more
-            found = "stale"
         except OSError:
-            found = "foreign"
+            pass  # fstat failing: foreign; no file at the path any more: stale
         os.close(fd)
         return found
 

@@ -212,6 +212,12 @@ def cmdline(pid: int) -> list[str]:
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
 
 
+def gone(pid: int, start_time: int) -> bool:
+    """Whether process (``pid``, ``start_time``) has exited: its pid is free, or another's now."""
+    who = process_identity(pid)
+    return who is None or who.start_time != start_time
+
+
 def let_go(pid: int, start_time: int, file_id: tuple[int, int]) -> bool:
     """Whether process (``pid``, ``start_time``) is gone or no longer has the file open.
 
@@ -219,8 +225,7 @@ def let_go(pid: int, start_time: int, file_id: tuple[int, int]) -> bool:
     path deleted or replaced meanwhile cannot fool the check.  A zombie has
     no descriptors left: it has let go.
     """
-    who = process_identity(pid)
-    if who is None or who.start_time != start_time:
+    if gone(pid, start_time):
         return True
     try:
         names = os.listdir(f"/proc/{pid}/fd")

@@ -21,7 +21,7 @@ import os
 from highlander._core.errors import HighlanderError
 from highlander._core.values import Value
 from highlander._host.files import discard, install, open_regular, stage
-from highlander._host.identity import Expected, boot_id, process_identity
+from highlander._host.identity import Expected, boot_id, gone
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (2 ms)
 if TYPE_CHECKING:
@@ -148,8 +148,7 @@ def owed_exits(
     if previous is not None and previous.boot_id == boot_id():
         passed[:0] = previous.owed
     for pid, start_time, exe, uid in passed:
-        who = process_identity(pid)
-        alive = who is not None and who.start_time == start_time and pid != os.getpid()
+        alive = not gone(pid, start_time) and pid != os.getpid()
         if alive and all(p.pid != pid for p in owed):
             owed.append(Expected(pid, start_time, exe, uid, None, None))
     return tuple(owed[:OWED_MAX])

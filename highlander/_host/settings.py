@@ -233,7 +233,7 @@ class Settings:
     def key(self) -> bytes:
         """The HMAC key for this project, derived (HKDF) from the token on first use.
 
-        Derived, never stored: four HMACs by the interpreter's SHA-256 take
+        Derived, never stored: two HMACs by the interpreter's SHA-256 take
         microseconds, less than reading a file back would.
         """
         if self._key is None:

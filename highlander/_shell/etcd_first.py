@@ -118,7 +118,7 @@ def request(
     """The claim of the first request whose watch is ``listening``; the code loads meanwhile."""
     from highlander._shell.etcd_preload import Preload  # noqa: PLC0415 - after the watch
 
-    # The frames' key (four HMACs), derived while etcd answers: a held project needs it.
+    # The frames' key (two HMACs), derived while etcd answers: a held project needs it.
     session.meanwhile(Preload(place.channel_key.get, settings.key))
     try:
         _send(session, place, first, listening)

@@ -24,7 +24,7 @@ import os
 from highlander._core.deadlines import Phase, grace_again
 from highlander._core.errors import HighlanderError
 from highlander._host.event_log import Event
-from highlander._host.identity import Expected, is_halted, process_identity, run_state
+from highlander._host.identity import Expected, gone, is_halted, run_state
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
@@ -64,8 +64,7 @@ async def _exits(incumbent: Incumbent, target: Expected) -> bool:
     except ProcessLookupError:
         return True
     try:
-        who = process_identity(target.pid)
-        if who is None or who.start_time != target.start_time:
+        if gone(target.pid, target.start_time):
             return True  # gone, and its pid already reused
         began, before = runtime.now(), run_state(target.pid, threads=False)
         while not await runtime.readable(fd, limit):

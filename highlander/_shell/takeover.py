@@ -56,13 +56,13 @@ def adopt_handover(settings: Settings, fds: list[int]) -> tuple[ProjectLock, Lis
             os.close(fds[1])
         return None
     listener = Listener.adopt(fds[1], settings.paths)
-    if isinstance(lock, str) or listener is None:
-        if not isinstance(lock, str):
-            lock.release()
-        if listener is not None:
-            listener.close(unlink=False)
-        raise RemoteProtocolError("SAVED carried descriptors that are not this project's")
-    return lock, listener
+    if isinstance(lock, ProjectLock) and listener is not None:
+        return lock, listener
+    if isinstance(lock, ProjectLock):
+        lock.release()
+    if listener is not None:
+        listener.close(unlink=False)
+    raise RemoteProtocolError("SAVED carried descriptors that are not this project's")
 
 
 class Staged(Value):

@@ -16,7 +16,7 @@ import os
 
 from highlander._core.errors import IncumbentUnreachableError
 from highlander._host.event_log import Event
-from highlander._host.identity import Expected, flock_held, is_halted, process_identity
+from highlander._host.identity import flock_held, gone, is_halted
 from highlander._host.record import read_record
 from highlander._host.settings import Settings
 from highlander._host.termination import terminate
@@ -45,12 +45,6 @@ def handed_on_error(settings: Settings, pid: int) -> IncumbentUnreachableError:
         f"then takes over with the saved state) or end it; `fuser -v {settings.paths.lock}` "
         "names it"
     )
-
-
-def _gone(target: Expected) -> bool:
-    """Whether the process ``target`` names has exited (its pid free, or another's now)."""
-    found = process_identity(target.pid)
-    return found is None or found.start_time != target.start_time
 
 
 async def end_unreachable_holder(
@@ -83,7 +77,7 @@ async def end_unreachable_holder(
     if target.pid == os.getpid():
         raise claimed_twice(settings)
     check(waiter)
-    if _gone(target) and flock_held(settings.paths.lock):
+    if gone(target.pid, target.start_time) and flock_held(settings.paths.lock):
         # Its lock outlived it: a process it passed the lock to holds it.  A running
         # successor commits within exit_grace of the end; look once more after that.
         await waiter.sleep(settings.timeouts.exit_grace)
