@@ -343,11 +343,11 @@ def txn(answer: Json) -> Txn:
     return Txn(header(answer), bool(answer.get("succeeded", False)), tuple(ranges))
 
 
-def watch(key: bytes, start_revision: int, *, prefix: bool = False) -> Json:
-    """``/v3/watch``: changes of ``key`` (or under it) from ``start_revision`` on."""
+def watch(key: bytes, start_revision: int, *, prefix: bool = False, end: bytes = b"") -> Json:
+    """``/v3/watch``: changes of ``key`` (under it; or up to ``end``) from ``start_revision`` on."""
     create: Json = {"key": b64(key), "start_revision": str(start_revision)}
-    if prefix:
-        create["range_end"] = b64(prefix_end(key))
+    if prefix or end:
+        create["range_end"] = b64(end or prefix_end(key))
     return {"create_request": create}
 
 

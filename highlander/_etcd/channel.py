@@ -29,6 +29,8 @@ from highlander._etcd.client import Client
 #: Which letter names a side's keys, by the direction it writes.
 _SIDES = {sealing.NEWCOMER: b"n", sealing.INCUMBENT: b"i"}
 HERE, FIN, MOVED = b"here", b"fin", b"moved"
+#: What :func:`newcomers_keys` names the holder key's changes by (no conversation's id).
+HOLDER = b""
 READ_SIZE = 65536
 
 
@@ -250,7 +252,7 @@ async def open_channel(
 
 
 async def newcomers_keys(
-    client: Client, root: bytes, since: int
+    client: Client, root: bytes, since: int, holder: bytes = b""
 ) -> AsyncGenerator[tuple[bytes, api.Event], None]:
     """``(conversation id, event)`` for every newcomer-side key of the project after ``since``.
 
@@ -258,12 +260,21 @@ async def newcomers_keys(
     chunks from it (:class:`~highlander._etcd.holding.Feed`) rather than
     open a watch per conversation, which would cost a round trip before its
     HELLO and, once etcd has passed the revision it starts at, could join
-    the "unsynced" watchers etcd catches up only every 100 ms.
+    the "unsynced" watchers etcd catches up only every 100 ms.  With
+    ``holder`` (the holder key, which sorts after every conversation key)
+    the same watch also reports that key's changes, as ``(HOLDER, event)``:
+    a holder learns that its reign ended in etcd without a watch more.
     """
     prefix = conversations(root)
     side = b"/" + _SIDES[sealing.NEWCOMER] + b"/"
-    async with contextlib.aclosing(client.watch(prefix, since + 1, prefix=True)) as events:
+    end = b"" if not holder else holder + b"\0"  # the holder key, and no key after it
+    assert not holder or holder > prefix, "the holder key must sort after the conversations"
+    watch = client.watch(prefix, since + 1, prefix=True, end=end)
+    async with contextlib.aclosing(watch) as events:
         async for event in events:
+            if holder and event.kv.key == holder:
+                yield HOLDER, event
+                continue
             name, found, _ = event.kv.key[len(prefix) :].partition(side)
             if not found:
                 continue

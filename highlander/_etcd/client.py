@@ -296,10 +296,11 @@ class Client:
         start_revision: int,
         *,
         prefix: bool = False,
+        end: bytes = b"",
         idle: float = WATCH_IDLE,
         report_created: bool = False,
     ) -> AsyncGenerator[api.Event, None]:
-        """Every change of ``key`` (or under it) from ``start_revision`` on, in order, for ever.
+        """Every change of ``key`` (under it; up to ``end``) from ``start_revision`` on, in order.
 
         ``start_revision`` 0: from the moment etcd has the watch.  With
         ``report_created``, the first item is :data:`CREATED`, once etcd
@@ -324,7 +325,7 @@ class Client:
                 async with (
                     self._http.stream(
                         endpoint + "/v3/watch",
-                        _encode(api.watch(key, following, prefix=prefix)),
+                        _encode(api.watch(key, following, prefix=prefix, end=end)),
                         _headers(headers),
                         timeout=self.timeout,
                         idle=idle,

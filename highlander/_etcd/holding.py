@@ -22,6 +22,7 @@ from collections.abc import AsyncGenerator, Callable
 from highlander._core.values import Value
 from highlander._etcd import api
 from highlander._etcd.channel import (
+    HOLDER,
     Channel,
     ChannelBroken,
     accept_channel,
@@ -30,7 +31,7 @@ from highlander._etcd.channel import (
     opens,
 )
 from highlander._etcd.claim import mark_released
-from highlander._etcd.session import Session
+from highlander._etcd.session import Session, holder_key
 from highlander._host.claim import ProjectLock
 from highlander._host.listener import BACKLOG, Listener
 
@@ -83,7 +84,7 @@ class LeaseLock(ProjectLock):
         self._released = True
         keeper, held = self.session.keeper, self.session.held
         alive = keeper is not None and keeper.holds()
-        if alive and held is not None and not self.moved:
+        if alive and held is not None and not self.moved and self.session.lost is None:
             # Left in the counter for the next claim (``claimed_free``); a handover
             # skips it, so the successor's start waits for no extra request.
             with contextlib.suppress(Exception):  # unmarked, the next claim says stale
@@ -157,13 +158,18 @@ async def let_in(
     bridge runs; ``lease``: the lease this side's keys ride on now.  One
     watch reads every conversation's keys: each is fed to its bridge from the
     moment its ``here`` is seen, so the newcomer's reply to our HELLO waits
-    for no watch of its own.
+    for no watch of its own.  The same watch reports the holder key's
+    changes to the session (:meth:`Session.key_changed`): a reign etcd ended
+    early (its lease revoked, the key deleted by hand) ends here at once.
     """
     client = session.client
     feeds: dict[bytes, Feed] = {}
-    watch = newcomers_keys(client, root, since)
+    watch = newcomers_keys(client, root, since, holder_key(root))
     async with client.runtime.group() as tasks, contextlib.aclosing(watch) as keys:
         async for conversation, event in keys:
+            if conversation == HOLDER:
+                session.key_changed(event)
+                continue
             feed = feeds.get(conversation)
             if feed is not None:
                 feed.put(event)

@@ -156,6 +156,10 @@ class Session:
         self._work: tuple[int, Callable[[], bool]] | None = None
         #: The lease grant :meth:`begin` sent, until :meth:`lease_kept` takes its answer.
         self._granting: Spawned | None = None
+        #: Why etcd ended the reign before the lease bound did (:meth:`key_changed`).
+        self.lost: str | None = None
+        #: The lease a handover's move puts the holder key on (set before the move is sent).
+        self.moving_to: int | None = None
 
     def meanwhile(self, work: Callable[[], bool] | None) -> None:
         """Have the calling thread do ``work`` while it waits for etcd's answers (``None``: stop).
@@ -186,7 +190,7 @@ class Session:
         keeper = self.lease_kept()
         result: Held | api.KeyValue = self._wait(claim, self.client, key, value, keeper.lease)
         if isinstance(result, Held):
-            self.held = result
+            self.held, self.lost = result, None
         return result
 
     def claim_reign(
@@ -198,7 +202,7 @@ class Session:
             claim_reign, self.client, key, keeper.lease, value_for, opening
         )
         if isinstance(result, Held):
-            self.held = result
+            self.held, self.lost = result, None
         return result
 
     def spawn(self, fn: Callable[..., Any], *args: Any) -> Spawned:
@@ -211,7 +215,7 @@ class Session:
         The old one carried only this session's conversation keys.
         """
         old, old_task = self.keeper, self._kept
-        self.keeper, self.held = keeper, held
+        self.keeper, self.held, self.lost = keeper, held, None
         self._kept = self._loop.spawn(keeper.run)
         self._kept.add_done_callback(self._ended)
         if old is not None:
@@ -264,13 +268,39 @@ class Session:
         if done.cancelled() or done is not self._kept:
             return  # cancelled at close, or a lease this session gave up for another
         why = done.result() if done.exception() is None else f"keeper failed: {done.exception()}"
-        for callback in self._lost:
+        self._tell(why)
+
+    def _tell(self, why: str) -> None:
+        callbacks, self._lost = self._lost, []  # once: the keeper may end after a lost key
+        for callback in callbacks:
             with contextlib.suppress(Exception):  # one callback's failure must not hide the rest
                 callback(why)
 
+    def key_changed(self, event: api.Event) -> None:
+        """The holder's watch saw the holder key change: the reign is over, unless it moved on.
+
+        Called on the session's thread.  A reign's key never changes while it
+        lasts, except by its own handover's move (onto :attr:`moving_to`);
+        anything else (deleted: its lease revoked, by a fence or by hand, or
+        by an etcd that ended it early; put on another lease) means etcd no
+        longer records this reign.  The holder stops acting now
+        (:meth:`holds` turns false) rather than at its next keepalive.
+        """
+        kv = event.kv
+        if self.held is None or self.lost is not None:
+            return
+        if event.kind == "put" and kv.lease == self.moving_to:
+            return  # our own move: the commit's answer settles it
+        if event.kind == "delete":
+            self.lost = "the holder key was deleted (its lease revoked, or the key removed by hand)"
+        else:
+            self.lost = f"the holder key was put on another lease ({kv.lease:x}) by another process"
+        self._tell(self.lost)
+
     def holds(self) -> bool:
         """Whether this process may act as holder now, by its own clock (no request)."""
-        return self.held is not None and self.keeper is not None and self.keeper.holds()
+        keeper = self.keeper
+        return self.held is not None and self.lost is None and keeper is not None and keeper.holds()
 
     def check(self, key: bytes) -> bool:
         """:meth:`holds`, and etcd confirms it now (a linearizable read: ``check_current()``)."""

@@ -4,7 +4,9 @@ The incumbent (:mod:`highlander._shell.incumbent`) serves etcd conversations
 as it serves the socket's: they reach its private listener through
 :func:`~highlander._etcd.holding.let_in`, which runs on the session's loop
 for the whole reign.  What it adds: the reign ends (``lease_lost``) when the
-keeper says the lease bound passed, and after a timely ACK_SUCCESSION the
+keeper says the lease bound passed or the holder's watch sees its key
+deleted or put on another lease (:meth:`Session.key_changed
+<highlander._etcd.session.Session.key_changed>`), and after a timely ACK_SUCCESSION the
 commit is the move of :mod:`highlander._etcd.handover`, carried out until
 etcd settles it (:mod:`highlander._core.etcd_commit`).
 """
@@ -61,7 +63,7 @@ async def keep_watch(backend: EtcdBackend, incumbent: Incumbent) -> None:
         await lost.wait()
     finally:
         admitted.cancel()
-    await lease_lost(incumbent, f"the etcd lease ended: {why[0] if why else 'gone'}")
+    await lease_lost(incumbent, f"the etcd reign ended: {why[0] if why else 'gone'}")
 
 
 async def commit(backend: EtcdBackend, incumbent: Incumbent, sock: socket.socket) -> bool:
@@ -91,6 +93,7 @@ async def commit(backend: EtcdBackend, incumbent: Incumbent, sock: socket.socket
     )  # fmt: skip
     also = ((backend.counter, str(generation).encode()),)
     mark = moved_key(incoming.opening.key)
+    session.moving_to = incoming.opening.lease  # before it is sent: the watch sees it land
     then = await incumbent.runtime.to_thread(
         session.call, incumbent_moves, session.client, backend.key, value.encode(), held,
         incoming.opening.lease, session.holds, also, mark,
