@@ -175,14 +175,16 @@ def judge_etcd(
     faults: list[tuple[int, int, str]],
     ttl: int,
     checks: list[CheckLine],
+    losses: list[tuple[int, int, str]] | None = None,
 ) -> EtcdFindings:
-    """The etcd counters over a judged run (``found``: the local judge's findings)."""
+    """The etcd counters over a judged run (``found``: the local judge's findings;
+    ``losses``: the reigns the harness ended in etcd, scripts/chaos/etcd_reign.py)."""
     who, out = Who(procs), EtcdFindings()
     _signals(who, events, out)
     _successions(found, out)
     _stepped_down(who, events, found, out, end_ns, final)
     _fences(who, events, clock, out)
-    _lease_lost(who, events, clock, out, faults, ttl)
+    _lease_lost(who, events, clock, out, faults, ttl, losses or [])
     out.stop_cuts = sum(r.stop_cut_ns is not None for r in found.reigns)
     out.late_notices = _late_notices(found, checks)
     return out
@@ -303,6 +305,7 @@ def _lease_lost(
     out: EtcdFindings,
     faults: list[tuple[int, int, str]],
     ttl: int,
+    losses: list[tuple[int, int, str]],
 ) -> None:
     fenced = {
         id(who.at_wall(e.get("peer_pid", -1), e["ts"])) for e in events if e["event"] == "fenced"
@@ -315,6 +318,8 @@ def _lease_lost(
             out.lease_lost["not a child of the run"] += 1
         elif id(proc) in fenced:
             out.lease_lost["fenced"] += 1
+        elif any(proc.spawn_ns <= before <= at for before, _, _ in losses):
+            out.lease_lost["its reign ended in etcd by the harness"] += 1
         elif proc.stopped_during(at - ttl * 1e9, at):
             out.lease_lost["stopped by the harness"] += 1
         elif any(b <= at and (a < 0 or a >= at - span) for b, a, _ in faults):

@@ -31,7 +31,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +91,8 @@ class Facts:
     #: (began, ended, what) of each member fault (monotonic ns).
     faults: list[tuple[int, int, str]]
     torn_lines: int = 0
+    #: (before, after, what) of each reign the harness ended in etcd (``etcd_end_reign``).
+    losses: list[tuple[int, int, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -116,6 +118,7 @@ def verdict(evidence: Evidence, facts: Facts) -> EtcdReport:
         saves=ev.saves,
         end_ns=facts.ended_ns,
         checks=ev.checks,
+        losses=[(b, a, w) for b, a, w in facts.losses],
         backend=lease_evidence(ev.checks, ev.clock),
         wedge_bound=wedge_bound(facts.ttl),
     )
@@ -128,6 +131,7 @@ def verdict(evidence: Evidence, facts: Facts) -> EtcdReport:
         end_ns=facts.ended_ns,
         final=final,
         faults=[(b, e, w) for b, e, w in facts.faults],
+        losses=[(b, a, w) for b, a, w in facts.losses],
         ttl=facts.ttl,
         checks=ev.checks,
     )
@@ -210,6 +214,7 @@ def run_etcd(
             harness=dict(runner.harness),
             faults=runner.fault_spans,
             torn_lines=tail.torn,
+            losses=runner.losses,
         )
         evidence = Evidence(
             lab.procs,

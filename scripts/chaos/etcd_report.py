@@ -72,7 +72,8 @@ class EtcdReport(Report):
             f"handovers declined after SAVED: {f.handovers_aborted})",
             f"  handoffs passed intact: {f.handoffs_kept}; fresh reigns without the state: "
             f"{_counts(f.reset_lease)} (by lease), {f.reset_sigkill} after a harness SIGKILL, "
-            f"{f.reset_hang_kill} after a kill by Highlander",
+            f"{f.reset_hang_kill} after a kill by Highlander, {f.reset_rendezvous} after "
+            "the harness ended a reign in etcd",
             f"  fences: {sum(e.fences.values())} (target {_counts(e.fences)})",
             f"  lease_lost step-downs: {sum(e.lease_lost.values())} ({_counts(e.lease_lost)})",
             f"  reigns ended at a SIGSTOP never come back from as holder: {e.stop_cuts}",

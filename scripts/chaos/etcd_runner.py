@@ -24,6 +24,7 @@ from typing import Any
 
 from highlander._etcd.session import HolderValue, holder_key, project_root
 from highlander._host.identity import is_halted
+from scripts.chaos.etcd_reign import end_reign
 from scripts.chaos.etcd_schedule import MEMBER_FAULTS, child_params
 from scripts.chaos.log import EventTail
 from scripts.chaos.procs import Lab, Proc
@@ -162,11 +163,25 @@ class EtcdRunner(Runner):
             return self.member_fault(step)
         if step.kind in ("etcd_restart", "etcd_resume"):
             return self.member_back(step.params["origin"])
+        if step.kind == "etcd_end_reign":
+            return self.end_reign(step)
         if step.kind == "etcd_stop_at_commit":
             proc = self.start(step.index, step.params)
             self.at_commit[step.index] = proc
             return f"started pid {proc.pid} (the leader stops at its ACK)"
         return super().act(step)
+
+    def end_reign(self, step: Step) -> str:
+        """End the holder's reign in etcd behind its back, recorded as a loss (etcd_reign)."""
+        self.poll()
+        before = time.monotonic_ns()
+        note = end_reign(self.cluster, self.key, step.params["how"])
+        if note is None:
+            self.noops[f"{step.kind}: nobody holds"] += 1
+            return "nobody holds"
+        self.losses.append((before, time.monotonic_ns(), f"step {step.index}: {note}"))
+        self.harness[f"reign ended in etcd ({step.params['how']})"] += 1
+        return note
 
     def meanwhile(self) -> bool:
         """A newcomer of ``etcd_stop_at_commit`` stopped itself before its ACK: stop the

@@ -13,7 +13,10 @@ SIGSTOP of the etcd leader or of a follower, restarted or resumed 1 to 4
 steps later (one member at a time, so the cluster keeps its quorum); and the
 leader SIGSTOPped exactly when a newcomer sends its ACK (it stops itself
 there, the harness stops the leader and resumes it), so the incumbent's move
-lands late, after an election; the leader is resumed 1 to 4 s later.
+lands late, after an election; the leader is resumed 1 to 4 s later.  And
+the holder's reign ended in etcd behind its back (``etcd_end_reign``: its
+lease revoked early, as etcd 3.5.1 did itself, or its key deleted by hand;
+scripts/chaos/etcd_reign.py), after which it must step down by itself.
 
 Every start draws the simulated host of its child (``HIGHLANDER_HOST_ID``)
 from :data:`HOSTS`, a storm one host per newcomer: three successions in four
@@ -37,6 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scripts.chaos import schedule as local
+from scripts.chaos.etcd_reign import HOW
 from scripts.chaos.schedule import Step, Tables
 
 #: The simulated hosts a child is drawn on.
@@ -86,6 +90,7 @@ WEIGHTS: dict[str, float] = {
     "etcd_kill_follower": 1.5,
     "etcd_stop_follower": 1.5,
     "etcd_stop_at_commit": 2,
+    "etcd_end_reign": 1.5,
 }
 
 
@@ -142,6 +147,7 @@ PARAMS: dict[str, Callable[[random.Random], dict[str, Any]]] = {
     "storm": _storm,
     **dict.fromkeys(MEMBER_FAULTS, _member_fault),
     "etcd_stop_at_commit": _on_a_host(_stop_at_commit),
+    "etcd_end_reign": lambda rng: {"how": rng.choice(HOW)},
 }
 #: What the etcd schedule is drawn from.
 TABLES = Tables(WEIGHTS, PARAMS, dict(MEMBER_FAULTS))

@@ -8,7 +8,10 @@ reports it (a note with the member's last log line, a harness count) and
 goes on. Real cluster, real SIGKILL from outside the harness.
 
 And the fault that reproduces seed 27's lost handoff: the leader stopped
-exactly when a newcomer sends its ACK (``etcd_stop_at_commit``).
+exactly when a newcomer sends its ACK (``etcd_stop_at_commit``); and the one
+that ends a reign in etcd behind its holder's back (``etcd_end_reign``: what
+etcd 3.5.1's stale leader did in seeds 1 and 45), after which the holder
+leaves by itself and the run records a loss for the judge.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import contextlib
 import random
 from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from scripts.chaos.etcd_runner import EtcdRunner
 from scripts.chaos.etcd_schedule import _stop_at_commit
@@ -83,3 +88,22 @@ def test_the_leader_is_stopped_exactly_at_a_newcomers_ack_and_the_handoff_surviv
         # Resumed by the harness itself, freeze_s after the stop (not by a step).
         assert lab.wait_until(lambda: runner.meanwhile() or 1 not in runner.member_faults, SETTLE)
         assert member.pid not in faulty.stopped
+
+
+@pytest.mark.parametrize("how", ["revoke", "delete"])
+def test_a_reign_ended_in_etcd_is_a_loss_and_its_holder_leaves_by_itself(
+    tmp_path: Path, etcd: Cluster, how: str
+) -> None:
+    env = {"HIGHLANDER_PROJECT_ID": f"harness/{tmp_path.name}", "HIGHLANDER_ETCD_TTL": "3"}
+    with _runner(tmp_path, etcd, **env) as (lab, runner):
+        holder = runner.start(0, {"save": "normal", "steps": 1, "host": "h1"})
+        assert lab.wait_until(lambda: holder.ready is not None, SETTLE), "no holder"
+        said = runner.act(Step(1, "etcd_end_reign", {"how": how}))
+        assert said.startswith("revoked" if how == "revoke" else "deleted"), said
+        assert [what for _, _, what in runner.losses] == [f"step 1: {said}"]
+        assert runner.harness[f"reign ended in etcd ({how})"] == 1
+        # Nobody signals it (it is on another host to everyone): it steps down itself.
+        assert lab.wait_until(lambda: holder.exit_ns is not None, SETTLE), "it never left"
+        assert holder.returncode == 0 and holder.signals == []
+        assert runner.act(Step(2, "etcd_end_reign", {"how": how})) == "nobody holds"
+        assert runner.noops["etcd_end_reign: nobody holds"] == 1

@@ -86,6 +86,8 @@ class Children:
         self.started: list[Child] = []
         #: Descriptors a test wants closed at the end.
         self.keep: list[int] = []
+        #: Start each child in a process group of its own (the chaos harness's children).
+        self.own_groups = False
 
     def settings(self, app: str, timeouts: Timeouts | None = None) -> Settings:
         """This test's settings for ``app`` in-process, as its children resolve theirs."""
@@ -127,6 +129,7 @@ class Children:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             pass_fds=(write_end,),
+            process_group=0 if self.own_groups else None,
         )
         os.close(write_end)
         child = Child(proc, read_end)
