@@ -67,7 +67,7 @@ class Event(enum.StrEnum):
     CONNECTION_FAILED = "connection_failed"  # an unexpected error ended one conversation only
     SERVING_FAILED = "serving_failed"  # the holder could not serve any more and stepped down
     LOST_RENDEZVOUS = "lost_rendezvous"  # the holder's lock file or runtime dir was taken: it left
-    LEASE_LOST = "lease_lost"  # (etcd) the holder's lease was not renewed in time: it let go
+    LEASE_LOST = "lease_lost"  # (etcd) its lease not renewed in time, or its key gone: it let go
     SOCKET_RESTORED = "socket_restored"  # the holder published its socket again at its path
     SOCKET_BLOCKED = "socket_blocked"  # something at the socket path stops the holder publishing
     TERMINATED = "terminated"  # SIGTERM sent (through a verified pidfd)
@@ -98,7 +98,7 @@ class Outcome(enum.StrEnum):
     ORPHANED = "orphaned"  # (incumbent) left because its parent process ended
     STEPPED_DOWN = "stepped_down"  # (incumbent) could not serve any more; gave the project up
     LOST_RENDEZVOUS = "lost_rendezvous"  # (incumbent) its lock file or runtime dir was taken
-    LEASE_LOST = "lease_lost"  # (incumbent, etcd) its lease was not renewed in time, or fenced
+    LEASE_LOST = "lease_lost"  # (incumbent, etcd) lease not renewed in time, fenced, or key gone
     ATTACHED = "attached"  # (newcomer, share mode) became a relay to the holder's server
 
 
