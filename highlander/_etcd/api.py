@@ -184,25 +184,18 @@ def granted(answer: Json) -> tuple[int, int]:
     return lease, ttl
 
 
-def keepalive(lease: int) -> Json:
-    """``/v3/lease/keepalive``: renew ``lease`` once."""
+def lease_request(lease: int) -> Json:
+    """A lease's own requests: keepalive (renew), revoke (end, with its keys), timetolive."""
     return {"ID": str(lease)}
+
+
+keepalive = revoke = time_to_live = lease_request
 
 
 def kept_alive(answer: Json) -> int:
     """The TTL a keepalive renewed the lease to; 0 if the lease is gone (expired or revoked)."""
     result = _object(answer.get("result", answer), "keepalive result")
     return integer(result.get("TTL"))
-
-
-def revoke(lease: int) -> Json:
-    """``/v3/lease/revoke``: end ``lease`` now, deleting every key attached to it."""
-    return {"ID": str(lease)}
-
-
-def time_to_live(lease: int) -> Json:
-    """``/v3/lease/timetolive``: how long ``lease`` has left."""
-    return {"ID": str(lease)}
 
 
 def remaining(answer: Json) -> tuple[int, int]:
