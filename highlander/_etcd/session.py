@@ -293,6 +293,8 @@ class Session:
             return  # our own move: the commit's answer settles it
         if event.kind == "delete":
             self.lost = "the holder key was deleted (its lease revoked, or the key removed by hand)"
+        elif kv.lease == self.held.lease:
+            self.lost = "the holder key was overwritten by another process (on this reign's lease)"
         else:
             self.lost = f"the holder key was put on another lease ({kv.lease:x}) by another process"
         self._tell(self.lost)

@@ -36,13 +36,13 @@ def _holder(hosts: Hosts) -> api.KeyValue:
     return kvs[0]
 
 
-def _deposed_by_etcd(hosts: Hosts, first: Any) -> str:
+def _deposed_by_etcd(hosts: Hosts, first: Any, why: str = "holder key was deleted") -> str:
     """The holder's step-down, as it told its application and the event log."""
     deposed = first.wait_for("deposed", timeout=SETTLE)
     assert first.finish(SETTLE)[0] == 0  # it left by itself
     lost = [e for e in hosts.events("lease_lost") if e["pid"] == first.pid]
     assert len(lost) == 1, hosts.events()
-    assert "holder key was deleted" in lost[0]["reason"], lost
+    assert why in lost[0]["reason"], lost
     return str(deposed["why"])
 
 
@@ -71,6 +71,16 @@ def test_a_holder_whose_lease_is_revoked_early_steps_down_before_its_next_keepal
     second = hosts.start("h2")
     report = second.wait_for("ready", timeout=SETTLE)
     assert report["generation"] == 2, report
+
+
+def test_a_holder_whose_key_is_overwritten_on_its_own_lease_steps_down(hosts: Hosts) -> None:
+    # The same lease, another write: the fencing token (its mod revision) moved on.
+    first = hosts.start("h1")
+    first.wait_for("ready")
+    kv = _holder(hosts)
+    body = {"key": base64.b64encode(kv.key).decode(), "value": "", "lease": str(kv.lease)}
+    post(hosts.etcd.endpoints[0], "/v3/kv/put", body)
+    _deposed_by_etcd(hosts, first, why="holder key was overwritten")
 
 
 def test_its_own_handover_move_is_no_lost_key(hosts: Hosts) -> None:
