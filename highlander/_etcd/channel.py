@@ -269,7 +269,7 @@ async def newcomers_keys(
     side = b"/" + _SIDES[sealing.NEWCOMER] + b"/"
     end = b"" if not holder else holder + b"\0"  # the holder key, and no key after it
     assert not holder or holder > prefix, "the holder key must sort after the conversations"
-    watch = client.watch(prefix, since + 1, prefix=True, end=end)
+    watch = client.watch(prefix, since + 1, prefix=True, end=end, known=(holder,) * bool(holder))
     async with contextlib.aclosing(watch) as events:
         async for event in events:
             if holder and event.kv.key == holder:

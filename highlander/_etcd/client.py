@@ -55,15 +55,13 @@ ROUND_PAUSE = 0.05
 CREATED = api.Event("created", api.KeyValue(b"", b"", 0, 0, 0, 0))
 
 
-class WatchCompacted(EtcdError):  # noqa: N818 - a condition the caller handles, like StopIteration
-    """The revision a watch resumes from was compacted away: read the state again."""
+def _revision(kv: api.KeyValue) -> int:
+    return kv.mod_revision
 
-    def __init__(self, compact_revision: int) -> None:
-        """Keep the oldest revision etcd still has."""
-        super().__init__(
-            f"etcd compacted history up to revision {compact_revision}", api.OUT_OF_RANGE
-        )
-        self.compact_revision = compact_revision
+
+def _note(present: set[bytes], event: api.Event) -> None:
+    """Keep ``present`` (the keys a watch reported there) up to date with ``event``."""
+    (present.add if event.kind == "put" else present.discard)(event.kv.key)
 
 
 async def _lines(raw: AsyncIterator[bytes]) -> AsyncGenerator[api.Json, None]:
@@ -90,6 +88,10 @@ def _headers(extra: dict[str, str]) -> dict[str, str]:
 
 class _Retry(Exception):  # noqa: N818 - internal control flow
     """This member could not serve the request; ask the next one."""
+
+
+class _Compacted(Exception):  # noqa: N818 - internal control flow
+    """The history a watch resumes from was compacted away: list, then watch again."""
 
 
 class _Spent(_Retry):
@@ -290,6 +292,25 @@ class Client:
             self._tokens[endpoint] = api.token(answer)
         return {"Authorization": self._tokens[endpoint]}
 
+    async def _relisted(
+        self, key: bytes, range_end: bytes, following: int, present: set[bytes]
+    ) -> tuple[list[api.Event], int]:
+        """What a compacted watch missed since ``following``, as a linearizable read shows it.
+
+        Puts of the keys written since (in revision order), then deletes of
+        those in ``present`` that are gone (at the read's revision: only
+        their absence is known); and the revision to watch on from.
+        """
+        body = {"key": api.b64(key)}
+        if range_end:
+            body["range_end"] = api.b64(range_end)
+        read, kvs = api.got(await self.call("/v3/kv/range", body))
+        changed = sorted((kv for kv in kvs if kv.mod_revision >= following), key=_revision)
+        events = [api.Event("put", kv) for kv in changed]
+        for gone in sorted(present - {kv.key for kv in kvs}):
+            events.append(api.Event("delete", api.KeyValue(gone, b"", 0, read.revision, 0, 0)))
+        return events, read.revision + 1
+
     async def watch(
         self,
         key: bytes,
@@ -299,6 +320,7 @@ class Client:
         end: bytes = b"",
         idle: float = WATCH_IDLE,
         report_created: bool = False,
+        known: tuple[bytes, ...] = (),
     ) -> AsyncGenerator[api.Event, None]:
         """Every change of ``key`` (under it; up to ``end``) from ``start_revision`` on, in order.
 
@@ -311,38 +333,29 @@ class Client:
         may have come.)
 
         Resumes on another member when its member goes or stays silent for
-        ``idle`` seconds.  Raises :class:`WatchCompacted` when history from
-        the revision it needs is gone.
+        ``idle`` seconds.  When etcd compacted the history it resumes from
+        (a quiet watch resumes from its last event, which may be hours old),
+        it lists, then watches again (:meth:`_relisted`): a put for each key
+        written since, a delete for each key it had reported, or the caller
+        named in ``known``, that is gone, then on from the read's revision.
         """
-        assert self._http is not None, "use the client as `async with Client(...)`"
-        following = start_revision
-        failures = 0
+        following, failures = start_revision, 0
+        present, compacted = set(known), False  # keys reported there; history gone
+        range_end = end or (api.prefix_end(key) if prefix else b"")
         while True:
             index = self._current
-            endpoint = self.target.endpoints[index]
             try:
-                headers = await self._auth(index, self.timeout)
-                async with (
-                    self._http.stream(
-                        endpoint + "/v3/watch",
-                        _encode(api.watch(key, following, prefix=prefix, end=end)),
-                        _headers(headers),
-                        timeout=self.timeout,
-                        idle=idle,
-                    ) as body,
-                    contextlib.aclosing(_lines(body)) as messages,
-                ):
-                    async for message in messages:
-                        failure = api.error_of(message)
-                        if failure is not None:
-                            raise _Retry(failure[1])
-                        batch = api.watch_batch(message)
-                        if batch.compact_revision:
-                            raise WatchCompacted(batch.compact_revision)
-                        if batch.canceled:
-                            raise _Retry(batch.cancel_reason or "watch canceled")
+                if compacted:
+                    events, following = await self._relisted(key, range_end, following, present)
+                    compacted = False
+                    for event in events:
+                        _note(present, event)
+                        yield event
+                body = _encode(api.watch(key, following, prefix=prefix, end=end))
+                async with contextlib.aclosing(self._batches(index, body, idle)) as batches:
+                    async for batch in batches:
                         if batch.created and following == 0:
-                            following = batch.header.revision + 1  # "from now" is now a revision
+                            following = batch.header.revision + 1  # "from now": a revision
                         if batch.created and report_created:
                             report_created = False
                             yield CREATED
@@ -351,10 +364,43 @@ class Client:
                             if event.kv.mod_revision < following:
                                 continue  # seen before a resume
                             following = event.kv.mod_revision + 1
+                            _note(present, event)
                             yield event
+            except _Compacted:
+                compacted = True
+                continue  # list, then watch again, on the same member
             except (_Retry, TransportError, json.JSONDecodeError, api.MalformedAnswer):
                 pass  # a resume from `following` loses nothing
+            except EtcdUnavailableError:
+                pass  # the list after a compaction: asked again
             self._rotate(index)
             failures += 1
             if failures >= len(self.target.endpoints):
                 await self.runtime.sleep(ROUND_PAUSE)
+
+    async def _batches(
+        self, index: int, body: bytes, idle: float
+    ) -> AsyncGenerator[api.WatchBatch, None]:
+        """The batches of one watch stream on member ``index`` (``body``: its create request)."""
+        assert self._http is not None, "use the client as `async with Client(...)`"
+        headers = await self._auth(index, self.timeout)
+        async with (
+            self._http.stream(
+                self.target.endpoints[index] + "/v3/watch",
+                body,
+                _headers(headers),
+                timeout=self.timeout,
+                idle=idle,
+            ) as stream,
+            contextlib.aclosing(_lines(stream)) as messages,
+        ):
+            async for message in messages:
+                failure = api.error_of(message)
+                if failure is not None:
+                    raise _Retry(failure[1])
+                batch = api.watch_batch(message)
+                if batch.compact_revision:
+                    raise _Compacted
+                if batch.canceled:
+                    raise _Retry(batch.cancel_reason or "watch canceled")
+                yield batch
