@@ -178,7 +178,7 @@ def judge_etcd(
     losses: list[tuple[int, int, str]] | None = None,
 ) -> EtcdFindings:
     """The etcd counters over a judged run (``found``: the local judge's findings;
-    ``losses``: the reigns the harness ended in etcd, scripts/chaos/etcd_reign.py)."""
+    ``losses``: the reigns the harness ended in etcd, scripts/chaos/etcd_data.py)."""
     who, out = Who(procs), EtcdFindings()
     _signals(who, events, out)
     _successions(found, out)

@@ -24,7 +24,7 @@ from typing import Any
 
 from highlander._etcd.session import HolderValue, holder_key, project_root
 from highlander._host.identity import is_halted
-from scripts.chaos.etcd_reign import end_reign
+from scripts.chaos.etcd_data import compact, end_reign
 from scripts.chaos.etcd_schedule import MEMBER_FAULTS, child_params
 from scripts.chaos.log import EventTail
 from scripts.chaos.procs import Lab, Proc
@@ -165,6 +165,8 @@ class EtcdRunner(Runner):
             return self.member_back(step.params["origin"])
         if step.kind == "etcd_end_reign":
             return self.end_reign(step)
+        if step.kind == "etcd_compact":
+            return self.compact(step)
         if step.kind == "etcd_stop_at_commit":
             proc = self.start(step.index, step.params)
             self.at_commit[step.index] = proc
@@ -172,7 +174,7 @@ class EtcdRunner(Runner):
         return super().act(step)
 
     def end_reign(self, step: Step) -> str:
-        """End the holder's reign in etcd behind its back, recorded as a loss (etcd_reign)."""
+        """End the holder's reign in etcd behind its back, recorded as a loss (etcd_data)."""
         self.poll()
         before = time.monotonic_ns()
         note = end_reign(self.cluster, self.key, step.params["how"])
@@ -181,6 +183,15 @@ class EtcdRunner(Runner):
             return "nobody holds"
         self.losses.append((before, time.monotonic_ns(), f"step {step.index}: {note}"))
         self.harness[f"reign ended in etcd ({step.params['how']})"] += 1
+        return note
+
+    def compact(self, step: Step) -> str:
+        """Compact the cluster's history (etcd_data): every later resume must list again."""
+        note = compact(self.cluster)
+        if note is None:
+            self.noops[f"{step.kind}: no member answered"] += 1
+            return "no member answered"
+        self.harness["history compacted"] += 1
         return note
 
     def meanwhile(self) -> bool:

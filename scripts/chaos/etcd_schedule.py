@@ -16,7 +16,9 @@ there, the harness stops the leader and resumes it), so the incumbent's move
 lands late, after an election; the leader is resumed 1 to 4 s later.  And
 the holder's reign ended in etcd behind its back (``etcd_end_reign``: its
 lease revoked early, as etcd 3.5.1 did itself, or its key deleted by hand;
-scripts/chaos/etcd_reign.py), after which it must step down by itself.
+scripts/chaos/etcd_data.py), after which it must step down by itself; and
+the cluster's history compacted (``etcd_compact``), after which every watch
+that resumes must list and watch again, losing nothing.
 
 Every start draws the simulated host of its child (``HIGHLANDER_HOST_ID``)
 from :data:`HOSTS`, a storm one host per newcomer: three successions in four
@@ -40,7 +42,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scripts.chaos import schedule as local
-from scripts.chaos.etcd_reign import HOW
+from scripts.chaos.etcd_data import HOW
 from scripts.chaos.schedule import Step, Tables
 
 #: The simulated hosts a child is drawn on.
@@ -91,6 +93,7 @@ WEIGHTS: dict[str, float] = {
     "etcd_stop_follower": 1.5,
     "etcd_stop_at_commit": 2,
     "etcd_end_reign": 1.5,
+    "etcd_compact": 1.5,
 }
 
 
@@ -148,6 +151,7 @@ PARAMS: dict[str, Callable[[random.Random], dict[str, Any]]] = {
     **dict.fromkeys(MEMBER_FAULTS, _member_fault),
     "etcd_stop_at_commit": _on_a_host(_stop_at_commit),
     "etcd_end_reign": lambda rng: {"how": rng.choice(HOW)},
+    "etcd_compact": lambda rng: {},
 }
 #: What the etcd schedule is drawn from.
 TABLES = Tables(WEIGHTS, PARAMS, dict(MEMBER_FAULTS))

@@ -107,3 +107,20 @@ def test_a_reign_ended_in_etcd_is_a_loss_and_its_holder_leaves_by_itself(
         assert holder.returncode == 0 and holder.signals == []
         assert runner.act(Step(2, "etcd_end_reign", {"how": how})) == "nobody holds"
         assert runner.noops["etcd_end_reign: nobody holds"] == 1
+
+
+def test_the_history_is_compacted_and_a_holder_answers_after_it(
+    tmp_path: Path, etcd: Cluster
+) -> None:
+    env = {"HIGHLANDER_PROJECT_ID": f"harness/{tmp_path.name}", "HIGHLANDER_ETCD_TTL": "3"}
+    with _runner(tmp_path, etcd, **env) as (lab, runner):
+        holder = runner.start(0, {"save": "normal", "steps": 1, "host": "h1"})
+        assert lab.wait_until(lambda: holder.ready is not None, SETTLE), "no holder"
+        said = runner.act(Step(1, "etcd_compact", {}))
+        assert said.startswith("compacted the history up to revision "), said
+        assert runner.harness["history compacted"] == 1 and runner.losses == []
+        # Nothing is lost: past its watch's quiet resume, the holder still hands over.
+        lab.wait_until(lambda: False, 6.0)
+        newcomer = runner.start(2, {"save": "normal", "steps": 1, "host": "h2"})
+        assert lab.wait_until(lambda: newcomer.ready is not None, SETTLE), "it never held"
+        assert newcomer.ready is not None and newcomer.ready["outcome"] == "succeeded"
