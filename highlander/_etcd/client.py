@@ -17,9 +17,11 @@ HTTP call is what a holder needs from a cluster whose members come and go:
   only, so a token is kept per member and fetched again when a member says
   it does not know it.
 * **Watches that resume.** A watch remembers the revision after the last
-  event it delivered and, when its member goes, opens again on the next one
-  from there, so an event is neither lost nor (for an idempotent reader)
-  harmful when seen twice.
+  event it delivered and the keys it reported; when its member goes (or is
+  silent), it reads its range on the next one and opens again from that
+  read, so a change is not lost (only the deletes of keys it never
+  reported, which no reader here needs) and history is neither replayed
+  nor needed (a compaction is no failure).
 
 The bodies and answers are :mod:`highlander._etcd.api`'s; this module only
 moves them.
@@ -53,10 +55,6 @@ ROUND_PAUSE = 0.05
 
 #: What a watch asked to ``report_created`` yields first, once etcd has it.
 CREATED = api.Event("created", api.KeyValue(b"", b"", 0, 0, 0, 0))
-
-
-def _revision(kv: api.KeyValue) -> int:
-    return kv.mod_revision
 
 
 def _note(present: set[bytes], event: api.Event) -> None:
@@ -292,25 +290,6 @@ class Client:
             self._tokens[endpoint] = api.token(answer)
         return {"Authorization": self._tokens[endpoint]}
 
-    async def _relisted(
-        self, key: bytes, range_end: bytes, following: int, present: set[bytes]
-    ) -> tuple[list[api.Event], int]:
-        """What a compacted watch missed since ``following``, as a linearizable read shows it.
-
-        Puts of the keys written since (in revision order), then deletes of
-        those in ``present`` that are gone (at the read's revision: only
-        their absence is known); and the revision to watch on from.
-        """
-        body = {"key": api.b64(key)}
-        if range_end:
-            body["range_end"] = api.b64(range_end)
-        read, kvs = api.got(await self.call("/v3/kv/range", body))
-        changed = sorted((kv for kv in kvs if kv.mod_revision >= following), key=_revision)
-        events = [api.Event("put", kv) for kv in changed]
-        for gone in sorted(present - {kv.key for kv in kvs}):
-            events.append(api.Event("delete", api.KeyValue(gone, b"", 0, read.revision, 0, 0)))
-        return events, read.revision + 1
-
     async def watch(
         self,
         key: bytes,
@@ -333,21 +312,24 @@ class Client:
         may have come.)
 
         Resumes on another member when its member goes or stays silent for
-        ``idle`` seconds.  When etcd compacted the history it resumes from
-        (a quiet watch resumes from its last event, which may be hours old),
-        it lists, then watches again (:meth:`_relisted`): a put for each key
-        written since, a delete for each key it had reported, or the caller
-        named in ``known``, that is gone, then on from the read's revision.
+        ``idle`` seconds, and on the same one when etcd compacted the history
+        it started from.  A resume lists, then watches again
+        (:func:`~highlander._etcd.relist.relisted`): a put for each key
+        written since the last event, a delete for each key it had reported,
+        or the caller named in ``known``, that is gone, then on from the
+        read's revision.
         """
         following, failures = start_revision, 0
-        present, compacted = set(known), False  # keys reported there; history gone
+        present, relist = set(known), False  # keys reported there; resume by a read
         range_end = end or (api.prefix_end(key) if prefix else b"")
         while True:
             index = self._current
             try:
-                if compacted:
-                    events, following = await self._relisted(key, range_end, following, present)
-                    compacted = False
+                if relist:
+                    from highlander._etcd.relist import relisted  # noqa: PLC0415 - resumes only
+
+                    events, following = await relisted(self, key, range_end, following, present)
+                    relist = False
                     for event in events:
                         _note(present, event)
                         yield event
@@ -367,12 +349,15 @@ class Client:
                             _note(present, event)
                             yield event
             except _Compacted:
-                compacted = True
+                relist = True
                 continue  # list, then watch again, on the same member
             except (_Retry, TransportError, json.JSONDecodeError, api.MalformedAnswer):
                 pass  # a resume from `following` loses nothing
             except EtcdUnavailableError:
-                pass  # the list after a compaction: asked again
+                pass  # the list: asked again
+            # Every resume lists rather than replays: a quiet watch's `following` is as
+            # old as its last event, and etcd would scan every revision since, each time.
+            relist = following > 0 and not report_created
             self._rotate(index)
             failures += 1
             if failures >= len(self.target.endpoints):

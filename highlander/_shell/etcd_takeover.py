@@ -75,8 +75,7 @@ async def conclude(
             return await fence(backend, opened, greeting.waiter, saved.handoff, saved=True)
         # It moved the key to us (the commit) but has not ended its stream: it may
         # not know yet (a loaded host, a slow member).  We begin once it let go.
-        await outlast(backend, opened, greeting.waiter)
-        return _hold(backend, committed, saved.handoff)
+        return await _begin(backend, opened, greeting.waiter, committed, saved.handoff)
     if answer is Answer.REFUSED:
         return None
     # The mark shows the key as the move left it.  Nobody may fence the reign
@@ -93,8 +92,7 @@ async def conclude(
     if verdict is Verdict.COMMIT:
         assert held is not None
         # The end we heard may be our side's (a watch that failed), not its lease's.
-        await outlast(backend, opened, greeting.waiter)
-        return _hold(backend, held, saved.handoff)
+        return await _begin(backend, opened, greeting.waiter, held, saved.handoff)
     if verdict is Verdict.CLAIM:
         return _claim(backend, saved.handoff)
     settings.events.emit(Event.HANDOVER_ABORTED, peer_pid=greeting.peer.pid, reason=key.name)
@@ -176,6 +174,40 @@ def _hold(
     return backend.reign(held, outcome, handoff)
 
 
+async def _begin(
+    backend: EtcdBackend,
+    opened: Opened,
+    waiter: Waiter,
+    held: Held,
+    handoff: dict[str, Any] | None,
+) -> Reign | None:
+    """Hold ``held``, the key the incumbent moved to us, once it let go (:func:`outlast`).
+
+    A wait that took time (an incumbent slow to learn of its move, or
+    stopped: up to two of its TTLs) may have outlived our reign in etcd
+    (our lease lost, the key deleted or taken; chaos-etcd seed 2, with
+    ``etcd_end_reign``): a read then decides again.  A free key is claimed
+    with the handoff (nobody else has the state); a taken one ends the
+    succession (``handover_aborted``), not a reign that ended before it began.
+    """
+    began = waiter.now()
+    await outlast(backend, opened, waiter)
+    if waiter.now() - began < POLL:
+        return _hold(backend, held, handoff)  # it had let go already: no time passed
+    try:
+        key, kv = _read(backend, opened, _kept(backend, opened))
+    except EtcdError:
+        return _hold(backend, held, handoff)  # nothing known: our lease's bound decides
+    if key is Key.OURS and kv is not None and kv.mod_revision == held.token:
+        return _hold(backend, held, handoff)
+    if kv is None:
+        return _claim(backend, handoff)
+    backend.settings.events.emit(
+        Event.HANDOVER_ABORTED, peer_pid=opened.holder.pid, reason=f"{key.name} after the wait"
+    )
+    return None
+
+
 def _claim(
     backend: EtcdBackend, handoff: dict[str, Any] | None, *, fenced: bool = False
 ) -> Reign | None:
@@ -243,8 +275,7 @@ async def fence(
         if committed is not None:
             with contextlib.suppress(EtcdError):
                 session.call(keeper.revoke)
-            await outlast(backend, opened, waiter)
-            return _hold(backend, committed, handoff)
+            return await _begin(backend, opened, waiter, committed, handoff)
     verdict = rules.after_fence(found)
     if verdict is Verdict.COMMIT and kv is not None:
         held = Held(kv.mod_revision, lease, kv.value)
