@@ -94,7 +94,7 @@ async def conclude(
         # The end we heard may be our side's (a watch that failed), not its lease's.
         return await _begin(backend, opened, greeting.waiter, held, saved.handoff)
     if verdict is Verdict.CLAIM:
-        return _claim(backend, saved.handoff)
+        return _claim(backend, saved.handoff, opened.holder, opened.holder.generation)
     settings.events.emit(Event.HANDOVER_ABORTED, peer_pid=greeting.peer.pid, reason=key.name)
     return None
 
@@ -185,10 +185,8 @@ async def _begin(
 
     A wait that took time (an incumbent slow to learn of its move, or
     stopped: up to two of its TTLs) may have outlived our reign in etcd
-    (our lease lost, the key deleted or taken; chaos-etcd seed 2, with
-    ``etcd_end_reign``): a read then decides again.  A free key is claimed
-    with the handoff (nobody else has the state); a taken one ends the
-    succession (``handover_aborted``), not a reign that ended before it began.
+    (chaos-etcd seed 2, ``etcd_end_reign``): a read then decides again.  A
+    free key is claimed with the handoff; a taken one ends the succession.
     """
     began = waiter.now()
     await outlast(backend, opened, waiter)
@@ -200,22 +198,39 @@ async def _begin(
         return _hold(backend, held, handoff)  # nothing known: our lease's bound decides
     if key is Key.OURS and kv is not None and kv.mod_revision == held.token:
         return _hold(backend, held, handoff)
-    if kv is None:
-        return _claim(backend, handoff)
+    if kv is None:  # our reign (the move's, counted) ended before it began
+        return _claim(backend, handoff, opened.holder, opened.holder.generation + 1)
     backend.settings.events.emit(
         Event.HANDOVER_ABORTED, peer_pid=opened.holder.pid, reason=f"{key.name} after the wait"
     )
     return None
 
 
+#: ``handover_aborted``'s reason when the handoff a claim would carry is older than a reign.
+STALE = "reigns began after the one that saved the handoff: it is not the state any more"
+
+
 def _claim(
-    backend: EtcdBackend, handoff: dict[str, Any] | None, *, fenced: bool = False
+    backend: EtcdBackend,
+    handoff: dict[str, Any] | None,
+    saver: HolderValue,
+    after: int,
+    *,
+    fenced: bool = False,
 ) -> Reign | None:
-    """Put the key on our lease if it is still absent (the handoff is ours to carry)."""
+    """Claim the key if it is still absent, with the handoff ``saver`` saved.
+
+    Fresh if reigns began after ``after`` (``saver``'s, or ours, lost before
+    it acted): a newcomer stopped after SAVED may resume 97 reigns later.
+    """
     since = int(time.time() * 1000)
     result = backend.session.claim_reign(backend.key, backend.ours.value_for(since))
     if not isinstance(result, Held):
         return None  # a third claimer was first: it holds, without the handoff
+    claimed = HolderValue.decode(result.value)
+    if handoff is not None and (claimed is None or claimed.generation != after + 1):
+        backend.settings.events.emit(Event.HANDOVER_ABORTED, peer_pid=saver.pid, reason=STALE)
+        return _hold(backend, result, None, fenced=True)
     return _hold(backend, result, handoff, fenced=fenced)
 
 
@@ -251,12 +266,14 @@ async def fence(
     mine = backend.ours.value(generation, begins, history)
     value = mine._replace(settles_ms=settles).encode()
     also = ((backend.counter, str(generation).encode()),)
+    fenced_at = incumbent.generation  # the last reign counted: ours, once the fence moved
     try:
         found = session.call(
             fence_out, session.client, backend.key, value, opened.incumbent, lease,
             opened.channel.unread(chunks=not ceiling), also,
         )  # fmt: skip
         if found is Key.OURS:
+            fenced_at = generation
             settings.events.emit(Event.FENCED, peer_pid=incumbent.pid, generation=generation)
             await waiter.sleep(rules.fence_wait(ttl))
             found, kv = _read(backend, opened, lease)
@@ -283,7 +300,7 @@ async def fence(
     with contextlib.suppress(EtcdError):  # unused: it ends by its TTL otherwise
         session.call(keeper.revoke)
     if verdict is Verdict.CLAIM:
-        return _claim(backend, handoff, fenced=stale)
+        return _claim(backend, handoff, incumbent, fenced_at, fenced=stale)
     return None
 
 

@@ -18,11 +18,16 @@ own reign ended in etcd meanwhile (chaos-etcd seed 2 with the fault
 ``etcd_end_reign``: it revoked the successor's lease during that wait).  It
 used to begin anyway, `claimed` for a key that was gone and `lease_lost` a
 moment later; it now reads again, and claims the free key with the handoff.
+And a newcomer stopped after SAVED and resumed after other reigns, whose
+last one ended in etcd, found the key free and claimed it with the old
+handoff (seed 2: two minutes and 97 reigns late); it now begins fresh.
 """
 
 from __future__ import annotations
 
 import base64
+import os
+import signal
 import time
 from typing import Any
 
@@ -30,6 +35,7 @@ from highlander._etcd import api
 from highlander._etcd.session import app_root, holder_key
 from tests.etcd.test_handle import FAST, SETTLE, Hosts, hosts
 from tests.support.etcd_cluster import post
+from tests.support.proctools import wait_stopped
 
 __all__ = ["hosts"]
 
@@ -124,3 +130,28 @@ def test_a_successor_whose_reign_ended_while_it_waited_claims_with_the_handoff(
     assert ready["generation"] == 3, ready  # the move's reign (2) ended; the claim counts on
     assert [e for e in hosts.events("lease_lost") if e["pid"] == second.pid] == []
     assert _holder(hosts).lease not in (0, moved.lease)
+
+
+def test_a_newcomer_resumed_after_later_reigns_claims_without_its_old_handoff(
+    hosts: Hosts,
+) -> None:
+    first = hosts.start("h1", timeouts={**FAST, "request": 60.0})  # it waits for the ACK
+    first.wait_for("ready")
+    late = hosts.start("h2", before_ack={"stop": True, "once": True})
+    late.wait_for("before_ack", timeout=SETTLE)  # it has the handoff, and stops itself
+    wait_stopped(late.pid)
+    first.proc.kill()  # no REFUSED ever comes: its stream ends with its lease
+    first.proc.wait(timeout=SETTLE)
+    second = hosts.start("h3")  # a later reign, once that lease ran out; it ends in etcd
+    assert second.wait_for("ready", timeout=SETTLE)["generation"] == 2
+    key = base64.b64encode(_key(hosts)).decode()
+    post(hosts.etcd.endpoints[0], "/v3/kv/deleterange", {"key": key})
+    second.wait_for("deposed", timeout=SETTLE)
+    os.kill(late.pid, signal.SIGCONT)
+    ready = late.wait_for("ready", timeout=SETTLE)
+    # Before: "succeeded" with the first reign's handoff, older than the second's state.
+    assert ready["outcome"] == "claimed_stale" and ready["handoff"] is None, ready
+    assert ready["generation"] == 3 and ready["is_holder"] is True, ready
+    aborted = [e for e in hosts.events("handover_aborted") if e["pid"] == late.pid]
+    assert [e["peer_pid"] for e in aborted] == [first.pid], aborted
+    assert "reigns began after" in aborted[0]["reason"]
