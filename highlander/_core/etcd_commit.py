@@ -52,9 +52,10 @@ holder key (:func:`newcomer_decides`, the analogue of the kernel check):
 REFUSED: ABORT.  End of stream, or the ACK could not be sent: the key on
 N's lease: COMMIT; still I's reign: ABORT; absent (I's lease ended before
 any move: I died, or stepped down, or was stopped past its bound): CLAIM
-(put-if-absent, with the handoff: nobody else has the state), and a claim
-that finds another holder ABORTs (:func:`after_claim`); a third party's
-reign: ABORT.  Silent until its exit deadline: FENCE, i.e. run the move
+(put-if-absent, with the handoff: nobody else has the state, unless the
+claim's count shows reigns since I's: the shell then begins fresh), and a
+claim that finds another holder ABORTs (:func:`after_claim`); a third
+party's reign: ABORT.  Silent until its exit deadline: FENCE, i.e. run the move
 itself (guarded by I's reign, onto a lease of N's that cannot end before
 I's lease bound), revoke I's lease, wait :func:`fence_wait`, then read and
 decide with :func:`after_fence`.  A revoke alone is no fence: it ends I's
