@@ -26,6 +26,7 @@ import pytest
 from scripts.chaos.etcd_runner import EtcdRunner
 from scripts.chaos.etcd_schedule import _stop_at_commit
 from scripts.chaos.log import EventTail
+from scripts.chaos.process import Proc
 from scripts.chaos.procs import Lab
 from scripts.chaos.schedule import Step
 from tests.support.etcd_cluster import Cluster
@@ -45,6 +46,16 @@ def _runner(tmp_path: Path, cluster: Cluster, **env: str) -> Iterator[tuple[Lab,
         yield lab, EtcdRunner(lab, tail, lambda _: None, cluster, full, "h0")
     finally:
         lab.end_all()
+
+
+@contextlib.contextmanager
+def _holding(tmp_path: Path, cluster: Cluster) -> Iterator[tuple[Lab, EtcdRunner, Proc]]:
+    """:func:`_runner` on a fresh project (TTL 3 s), with a holder on h1 already holding."""
+    env = {"HIGHLANDER_PROJECT_ID": f"harness/{tmp_path.name}", "HIGHLANDER_ETCD_TTL": "3"}
+    with _runner(tmp_path, cluster, **env) as (lab, runner):
+        holder = runner.start(0, {"save": "normal", "steps": 1, "host": "h1"})
+        assert lab.wait_until(lambda: holder.ready is not None, SETTLE), "no holder"
+        yield lab, runner, holder
 
 
 def test_a_member_that_ended_by_itself_is_restarted_not_faulted(
@@ -69,10 +80,7 @@ def test_the_leader_is_stopped_exactly_at_a_newcomers_ack_and_the_handoff_surviv
     # The fault of seed 27 (docs/reliability.md), made on purpose: the newcomer
     # stops itself before its ACK, the harness stops the leader and resumes the
     # newcomer, so the incumbent's move meets a cluster without a leader.
-    env = {"HIGHLANDER_PROJECT_ID": f"harness/{tmp_path.name}", "HIGHLANDER_ETCD_TTL": "3"}
-    with _runner(tmp_path, faulty, **env) as (lab, runner):
-        holder = runner.start(0, {"save": "normal", "steps": 1, "host": "h1"})
-        assert lab.wait_until(lambda: holder.ready is not None, SETTLE), "no holder"
+    with _holding(tmp_path, faulty) as (lab, runner, _):
         step = Step(1, "etcd_stop_at_commit", _stop_at_commit(random.Random(27)))
         said = runner.act(step)
         newcomer = runner.at_commit[1]
@@ -94,10 +102,7 @@ def test_the_leader_is_stopped_exactly_at_a_newcomers_ack_and_the_handoff_surviv
 def test_a_reign_ended_in_etcd_is_a_loss_and_its_holder_leaves_by_itself(
     tmp_path: Path, etcd: Cluster, how: str
 ) -> None:
-    env = {"HIGHLANDER_PROJECT_ID": f"harness/{tmp_path.name}", "HIGHLANDER_ETCD_TTL": "3"}
-    with _runner(tmp_path, etcd, **env) as (lab, runner):
-        holder = runner.start(0, {"save": "normal", "steps": 1, "host": "h1"})
-        assert lab.wait_until(lambda: holder.ready is not None, SETTLE), "no holder"
+    with _holding(tmp_path, etcd) as (lab, runner, holder):
         said = runner.act(Step(1, "etcd_end_reign", {"how": how}))
         assert said.startswith("revoked" if how == "revoke" else "deleted"), said
         assert [what for _, _, what in runner.losses] == [f"step 1: {said}"]
@@ -112,10 +117,7 @@ def test_a_reign_ended_in_etcd_is_a_loss_and_its_holder_leaves_by_itself(
 def test_the_history_is_compacted_and_a_holder_answers_after_it(
     tmp_path: Path, etcd: Cluster
 ) -> None:
-    env = {"HIGHLANDER_PROJECT_ID": f"harness/{tmp_path.name}", "HIGHLANDER_ETCD_TTL": "3"}
-    with _runner(tmp_path, etcd, **env) as (lab, runner):
-        holder = runner.start(0, {"save": "normal", "steps": 1, "host": "h1"})
-        assert lab.wait_until(lambda: holder.ready is not None, SETTLE), "no holder"
+    with _holding(tmp_path, etcd) as (lab, runner, _):
         said = runner.act(Step(1, "etcd_compact", {}))
         assert said.startswith("compacted the history up to revision "), said
         assert runner.harness["history compacted"] == 1 and runner.losses == []
