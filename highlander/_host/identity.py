@@ -287,10 +287,7 @@ def flock_held(path: str) -> bool:
     except OSError:
         return False
     wanted = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}".encode()
-    # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:2147010 0 EOF"; a waiter's line has "->".
-    return any(
-        fields[1:2] == [b"FLOCK"] and fields[5:6] == [wanted] for fields in map(bytes.split, listed)
-    )
+    return any(_flock_on(line.split()) == wanted for line in listed)
 
 
 def fd_holds_flock(fd: int) -> bool:
@@ -308,10 +305,16 @@ def fd_holds_flock(fd: int) -> bool:
 
 
 def _is_write_flock(line: bytes) -> bool:
-    # "lock:\t1: FLOCK  ADVISORY  WRITE 1234 fe:00:2147010 0 EOF"; a process
-    # still waiting for the lock shows "1: -> FLOCK ..." and does not count.
+    # An fdinfo line: "lock:\t" and then a line of /proc/locks; exclusive only.
     fields = line.split()
-    return fields[:1] == [b"lock:"] and fields[2:3] == [b"FLOCK"] and fields[4:5] == [b"WRITE"]
+    return fields[:1] == [b"lock:"] and fields[4:5] == [b"WRITE"] and bool(_flock_on(fields[1:]))
+
+
+def _flock_on(fields: list[bytes]) -> bytes:
+    """The ``dev:ino`` of the file a granted ``flock`` line of /proc/locks is on (else empty)."""
+    # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:2147010 0 EOF"; a process still
+    # waiting for the lock shows "1: -> FLOCK ..." and does not count.
+    return fields[5] if fields[1:2] == [b"FLOCK"] and len(fields) > 5 else b""
 
 
 class Expected(Value):
