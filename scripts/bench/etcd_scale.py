@@ -14,7 +14,10 @@ Issue #15's figures, on a local 3-member etcd started here:
   docs/performance.md), in ``--procs`` worker processes, for ``--seconds``:
   keepalives answered per second, etcd's CPU and RSS (every member), whether
   every holder held throughout, and at that load the claim's latency and the
-  failover of a library holder (its own keeper) whose keepalives stop.
+  failover of a library holder (its own keeper) whose keepalives stop.  Each
+  holder also keeps its watch open, reopened with a read every ``WATCH_IDLE``
+  as a quiet holder's is (``--no-watches``: keepalives only, the figure
+  before 2026-12-06).
 """
 
 from __future__ import annotations
@@ -38,10 +41,10 @@ import psutil
 from highlander._core.lease import MIN_TTL
 from highlander._etcd import api
 from highlander._etcd.claim import Held, claim
-from highlander._etcd.client import Client
+from highlander._etcd.client import WATCH_IDLE, Client
 from highlander._etcd.endpoints import parse
 from highlander._etcd.keeper import Keeper, boottime, grant
-from scripts.bench.etcd_load import keep_alive
+from scripts.bench.etcd_load import Watches, keep_alive, watch_like_holders
 from tests.support.etcd_cluster import Cluster, start_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +103,7 @@ async def failover_after_sigkill(cluster: Cluster, rounds: int, witness_dir: Pat
     return samples
 
 
-async def worker(backend: str, holders: int, seconds: float) -> None:
+async def worker(backend: str, holders: int, seconds: float, idle: float | None) -> None:
     """``--worker``: claim ``holders`` keys, keep their leases alive for ``seconds``; report JSON.
 
     The claims go through the library; the keepalives through
@@ -119,7 +122,18 @@ async def worker(backend: str, holders: int, seconds: float) -> None:
             assert isinstance(held, Held)
             leases.append(lease)
         print("ready", flush=True)
-        load = await keep_alive(list(target.endpoints), leases, MIN_TTL, seconds)
+        endpoints = list(target.endpoints)
+        watched = Watches()
+        async with anyio.create_task_group() as tasks:
+            if idle is not None:
+                keys = [prefix + b"%d" % i for i in range(holders)]
+
+                async def watch() -> None:
+                    nonlocal watched
+                    watched = await watch_like_holders(endpoints, keys, seconds, idle)
+
+                tasks.start_soon(watch)
+            load = await keep_alive(endpoints, leases, MIN_TTL, seconds)
         body = api.get(prefix, prefix=True)
         body["count_only"] = True
         still = api.integer((await client.call("/v3/kv/range", body)).get("count"))
@@ -134,6 +148,8 @@ async def worker(backend: str, holders: int, seconds: float) -> None:
         "held": still,
         "lag_p99": lags[min(len(lags) - 1, int(len(lags) * 0.99))] if lags else 0.0,
         "seconds": seconds,
+        "watches_created": watched.created,
+        "watch_failures": watched.failed,
     }
     print(json.dumps(report), flush=True)
 
@@ -157,7 +173,7 @@ async def _failover_at_load(client: Client) -> float:
 
 
 async def scale(
-    cluster: Cluster, holders: int, seconds: float, rounds: int, procs: int
+    cluster: Cluster, holders: int, seconds: float, rounds: int, procs: int, idle: float | None
 ) -> list[str]:
     """The scale table's rows: ``holders`` spread over ``procs`` worker processes."""
     members = [psutil.Process(m.pid) for m in cluster.members]
@@ -172,6 +188,7 @@ async def scale(
                 cluster.backend,
                 str(n),
                 str(seconds),
+                *(["--no-watches"] if idle is None else ["--watch-idle", str(idle)]),
             ],
             cwd=ROOT,
             stdout=subprocess.PIPE,
@@ -222,6 +239,13 @@ async def scale(
     rows.append(
         f"| keepalives answered per second | {rate:.0f} (a holder sends {4 / MIN_TTL:.1f}) |"
     )
+    if idle is not None:
+        created = sum(r["watches_created"] for r in reports) / seconds
+        failed = sum(r["watch_failures"] for r in reports)
+        rows.append(
+            f"| holder watches (re)created per second, a range read each; failures | "
+            f"{created:.0f} (a holder: one per {idle:g} s quiet); {failed} |"
+        )
     rows.append(f"| etcd CPU, all 3 members, over {elapsed:.0f} s (% of one core) | {cpu:.0f} |")
     rows.append(f"| etcd RSS, all 3 members | {rss:.0f} MiB |")
     lost = sum(r["lost"] for r in reports)
@@ -243,16 +267,30 @@ def main() -> int:
     parser.add_argument("--holders", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--procs", type=int, default=1)
+    parser.add_argument(
+        "--no-watches", action="store_true", help="keepalives only: no holder's watch"
+    )
+    parser.add_argument(
+        "--watch-idle",
+        type=float,
+        default=WATCH_IDLE,
+        help="seconds a quiet watch stays open (the library's WATCH_IDLE; to explore)",
+    )
     parser.add_argument("--worker", nargs=3, metavar=("BACKEND", "HOLDERS", "SECONDS"))
     args = parser.parse_args()
     if args.worker:
-        anyio.run(worker, args.worker[0], int(args.worker[1]), float(args.worker[2]))
+        backend, holders, seconds = args.worker
+        idle = None if args.no_watches else args.watch_idle
+        anyio.run(worker, backend, int(holders), float(seconds), idle)
         return 0
     with tempfile.TemporaryDirectory(prefix="highlander-bench-etcd-") as base:
         cluster = start_cluster(Path(base) / "etcd")
         try:
             failovers = anyio.run(failover_after_sigkill, cluster, args.rounds, Path(base))
-            rows = anyio.run(scale, cluster, args.holders, args.seconds, args.rounds, args.procs)
+            rows = anyio.run(
+                scale, cluster, args.holders, args.seconds, args.rounds, args.procs,
+                None if args.no_watches else args.watch_idle,
+            )  # fmt: skip
         finally:
             cluster.close()
     print(f"| failover after SIGKILL, TTL {MIN_TTL} s | median / p99 / n (ms) |")
