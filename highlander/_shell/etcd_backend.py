@@ -365,7 +365,8 @@ class EtcdBackend:
         ceiling: bool = False,
     ) -> bool:
         """See :meth:`Backend.fence`: move the key off the hung reign, revoke it, wait a TTL."""
-        from highlander._shell.etcd_takeover import expires, fence  # noqa: PLC0415
+        from highlander._shell.etcd_lease_end import expires  # noqa: PLC0415
+        from highlander._shell.etcd_takeover import fence  # noqa: PLC0415
 
         last = self.last
         if last is None:
