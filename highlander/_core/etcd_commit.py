@@ -36,6 +36,13 @@ REFUSED ``late``.  The move's outcome (:func:`incumbent_learns`):
 * NO_LEASE (etcd refused the put: N's lease does not exist): nothing was
   applied and no attempt ever can be, as a lease never comes back, so I's
   reign is intact and N cannot hold on that lease (KEEP);
+* DENIED (etcd refused the transaction outright: its database is full, or
+  the user may not write): this attempt was not applied.  If no earlier
+  attempt's answer was lost, nothing was, and I keeps (KEEP) rather than
+  retry against a refusal that lasts until an operator acts (a retry stops
+  I acting until its lease bound, then steps it down: the state would then
+  live only in N's handoff, and a full etcd lets N claim nothing).  After a
+  lost attempt the refusal says nothing of that one: as LOST below;
 * the answer LOST: a linearizable re-read says where the key is *now*, but a
   key still on I's lease does not prove the lost attempt will not apply
   later (it may still be on its way through raft).  So I does not keep on
@@ -99,6 +106,9 @@ class Reply(enum.Enum):
     FAILED = enum.auto()
     #: etcd refused the put: the newcomer's lease does not exist.  Nothing was applied.
     NO_LEASE = enum.auto()
+    #: etcd refused the transaction outright (full, or not permitted): this attempt
+    #: was not applied, and the refusal says nothing of where the key is.
+    DENIED = enum.auto()
     #: No answer in time (or an error that does not say): the move may apply, now or later.
     LOST = enum.auto()
 
@@ -173,18 +183,22 @@ _SETTLED = {
 }
 
 
-def incumbent_learns(reply: Reply, key: Key | None = None, *, can_retry: bool = True) -> Then:
+def incumbent_learns(
+    reply: Reply, key: Key | None = None, *, can_retry: bool = True, unsure: bool = False
+) -> Then:
     """The incumbent's next step from its move's ``reply`` and the key as it is.
 
-    ``key``: for FAILED the key the answer carries, for LOST what a re-read
-    found (ignored otherwise).  ``can_retry``: the lease bound still allows
-    another attempt; without it a holder that cannot prove its claim steps down.
+    ``key``: for FAILED the key the answer carries, for LOST and DENIED what
+    a re-read found (ignored otherwise).  ``can_retry``: the lease bound
+    still allows another attempt; without it a holder that cannot prove its
+    claim steps down.  ``unsure``: an earlier attempt's answer was lost (it
+    may still apply).
     """
     if reply is Reply.SUCCEEDED:
         return Then.DEPOSED
-    if reply is Reply.NO_LEASE:
+    if reply is Reply.NO_LEASE or (reply is Reply.DENIED and not unsure):
         return Then.KEEP
-    assert key is not None, "a failed or lost move is settled by where the key is"
+    assert key is not None, "a failed, lost or denied move is settled by where the key is"
     then = _SETTLED[key]
     if then is Then.RETRY and not can_retry:
         return Then.STEP_DOWN

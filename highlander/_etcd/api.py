@@ -22,14 +22,6 @@ if TYPE_CHECKING:
 
     Json = dict[str, Any]
 
-#: gRPC status codes that etcd's gateway puts in an error body, by what a client does about them.
-UNAVAILABLE = 14  # this member cannot serve now (no leader, stopping): ask another
-DEADLINE_EXCEEDED = 4  # the member gave up waiting for raft: ask another
-UNAUTHENTICATED = 16  # the auth token expired or is unknown to this member: authenticate again
-NOT_FOUND = 5  # e.g. "requested lease not found": the lease is gone for good
-OUT_OF_RANGE = 11  # e.g. "required revision has been compacted"
-RETRY_ELSEWHERE = frozenset({UNAVAILABLE, DEADLINE_EXCEEDED})
-
 
 class MalformedAnswer(ValueError):  # noqa: N818 - names what arrived, like json's errors
     """An answer that is not what etcd's gateway sends (a proxy's page, a torn body)."""

@@ -34,7 +34,7 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator
 
 from highlander._core.errors import EtcdError, EtcdUnavailableError
-from highlander._etcd import api
+from highlander._etcd import api, refusals
 from highlander._etcd.endpoints import Target
 from highlander._etcd.http import Pool, TransportError
 
@@ -211,7 +211,7 @@ class Client:
             f"({said or 'no member was tried'}); check "
             f"HIGHLANDER_BACKEND ({self.target.describe()}) and that a majority of the "
             "cluster's members run (etcdctl endpoint health)",
-            api.UNAVAILABLE,
+            refusals.UNAVAILABLE,
         )
 
     async def _once(
@@ -228,16 +228,16 @@ class Client:
             if failure is None:
                 return answer
             code, message = failure
-            if code == api.UNAUTHENTICATED and self.target.user and attempt == 0:
+            if code == refusals.UNAUTHENTICATED and self.target.user and attempt == 0:
                 self._tokens.pop(endpoint, None)
                 continue
-            if code in api.RETRY_ELSEWHERE:
+            if refusals.ask_again(code, message):
                 raise _Retry(message)
-            raise EtcdError(f"etcd refused {path}: {message} (gRPC code {code})", code)
+            raise refusals.refused(path, code, message)
         raise EtcdError(
             f"etcd refused user {self.target.user!r} twice on {endpoint}: check "
             "HIGHLANDER_ETCD_USER / HIGHLANDER_ETCD_PASSWORD",
-            api.UNAUTHENTICATED,
+            refusals.UNAUTHENTICATED,
         )
 
     def _within(self, timeout: float, deadline: float) -> float:
@@ -280,7 +280,7 @@ class Client:
             failure = api.error_of(answer)
             if failure is not None:
                 code, message = failure
-                if code in api.RETRY_ELSEWHERE:
+                if refusals.ask_again(code, message):
                     raise _Retry(message)
                 raise EtcdError(
                     f"etcd refused to authenticate {self.target.user!r}: {message}; check "

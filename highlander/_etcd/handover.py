@@ -17,9 +17,13 @@ from collections.abc import Callable
 from highlander._core import etcd_commit as rules
 from highlander._core.errors import EtcdError, EtcdUnavailableError
 from highlander._core.etcd_commit import Key, Reply, Then
-from highlander._etcd import api
+from highlander._etcd import api, refusals
 from highlander._etcd.claim import Held, holder
 from highlander._etcd.client import Client
+
+#: Between two attempts of a move etcd refused outright (after a lost one): the
+#: refusal lasts until an operator acts, and the lease bound ends the tries.
+DENIED_PAUSE = 0.25
 
 
 async def where(client: Client, key: bytes, newcomer_lease: int, incumbent: Held) -> Key:
@@ -49,22 +53,25 @@ async def _move_once(
     mark: tuple[bytes, int] | None = None,
 ) -> tuple[Reply, Key | None]:
     body = api.move(key, value, incumbent.token, incumbent.lease, to_lease, absent, also, mark)
+    unknown = Reply.LOST
     try:
         answer = api.txn(await client.call("/v3/kv/txn", body))
     except EtcdUnavailableError:
         pass  # lost: it may apply, now or later
     except EtcdError as refused:
-        if refused.code == api.NOT_FOUND:
+        if refused.code == refusals.NOT_FOUND:
             return Reply.NO_LEASE, None  # the compares held; the put's lease is gone
+        if refused.code in refusals.DENIED:
+            unknown = Reply.DENIED  # not applied; where the key is, the read says
     else:
         if answer.succeeded:
             return Reply.SUCCEEDED, Key.OURS
         kv = answer.kvs[0] if answer.kvs else None
         return Reply.FAILED, _classify(kv, to_lease, incumbent)
     try:
-        return Reply.LOST, await where(client, key, to_lease, incumbent)
+        return unknown, await where(client, key, to_lease, incumbent)
     except EtcdError:
-        return Reply.LOST, Key.THEIRS_INTACT  # nothing known: only another attempt tells
+        return unknown, Key.THEIRS_INTACT  # nothing known: only another attempt tells
 
 
 async def incumbent_moves(
@@ -86,13 +93,17 @@ async def incumbent_moves(
     the stream ends), holding the key's new value.
     """
     marked = None if mark is None else (mark, incumbent.lease)
+    unsure = False  # an attempt's answer was lost: it may still apply
     while True:
         reply, found = await _move_once(
             client, key, value, incumbent, newcomer_lease, (), also, marked
         )
-        then = rules.incumbent_learns(reply, found, can_retry=may_retry())
+        then = rules.incumbent_learns(reply, found, can_retry=may_retry(), unsure=unsure)
         if then is not Then.RETRY:
             return then
+        unsure = unsure or reply is Reply.LOST
+        if reply is Reply.DENIED:  # answered at once, and again until an operator acts
+            await client.runtime.sleep(DENIED_PAUSE)
 
 
 async def fence(
@@ -138,12 +149,12 @@ async def fence_out(
     """
     reply, found = await _move_once(client, key, value, incumbent, fence_lease, unread, also)
     if reply is Reply.LOST and found is Key.THEIRS_INTACT:
-        raise EtcdUnavailableError("etcd did not settle the fence: try again", api.UNAVAILABLE)
+        raise EtcdUnavailableError("etcd did not settle the fence: try again", refusals.UNAVAILABLE)
     if found is not Key.OURS:
         return Key.THEIRS_INTACT if found is None else found
     try:
         await client.call("/v3/lease/revoke", api.revoke(incumbent.lease))
     except EtcdError as refused:
-        if refused.code != api.NOT_FOUND:
+        if refused.code != refusals.NOT_FOUND:
             raise  # unsettled: the caller tries again (the move is ours already)
     return Key.OURS

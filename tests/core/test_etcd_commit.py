@@ -46,7 +46,17 @@ def test_a_move_known_applied_deposes_and_a_missing_lease_keeps(key: Key | None)
     assert rules.incumbent_learns(Reply.NO_LEASE, key, can_retry=False) is Then.KEEP
 
 
-@pytest.mark.parametrize("reply", [Reply.FAILED, Reply.LOST])
+@pytest.mark.parametrize("key", [*Key])
+def test_a_first_move_etcd_refused_outright_keeps_whatever_the_read(key: Key) -> None:
+    # Full, or not permitted: nothing was applied, and no earlier attempt may still be.
+    assert rules.incumbent_learns(Reply.DENIED, key) is Then.KEEP
+    assert rules.incumbent_learns(Reply.DENIED, key, can_retry=False) is Then.KEEP
+
+
+@pytest.mark.parametrize(
+    ("reply", "unsure"),
+    [(Reply.FAILED, False), (Reply.LOST, False), (Reply.LOST, True), (Reply.DENIED, True)],
+)
 @pytest.mark.parametrize(
     ("key", "then", "last_try"),
     [
@@ -57,11 +67,12 @@ def test_a_move_known_applied_deposes_and_a_missing_lease_keeps(key: Key | None)
     ],
 )
 def test_an_unsettled_move_is_settled_by_the_key(
-    reply: Reply, key: Key, then: Then, last_try: Then
+    reply: Reply, unsure: bool, key: Key, then: Then, last_try: Then
 ) -> None:
-    assert rules.incumbent_learns(reply, key) is then
-    assert rules.incumbent_learns(reply, key, can_retry=True) is then
-    assert rules.incumbent_learns(reply, key, can_retry=False) is last_try
+    # A refusal after a lost attempt says nothing of that one: as a lost answer.
+    assert rules.incumbent_learns(reply, key, unsure=unsure) is then
+    assert rules.incumbent_learns(reply, key, can_retry=True, unsure=unsure) is then
+    assert rules.incumbent_learns(reply, key, can_retry=False, unsure=unsure) is last_try
 
 
 def test_an_unsettled_move_needs_the_key() -> None:

@@ -6,6 +6,8 @@ the session's own loop thread): nothing of etcd or the kernel is replaced.
 
 * ``after_move`` ``{"delay": s}``: as an incumbent, learn ``s`` late that its
   move applied;
+* ``before_move`` ``{"delay": s}``: as an incumbent, say ``moving`` after a
+  timely ACK and move ``s`` later (what etcd becomes meanwhile is the test's);
 * ``slow_begin`` ``{"delay": s}``: as a successor, begin ``s`` after it learned
   that the move applied (its requests to etcd slow; seed 27 of
   ``make chaos-etcd``, docs/reliability.md).
@@ -25,6 +27,8 @@ def install(cfg: dict[str, Any], report: Callable[..., None]) -> None:
         return
     if cfg.get("after_move"):
         _slow_after_move(float(cfg["after_move"]["delay"]), report)
+    if cfg.get("before_move"):
+        _slow_before_move(float(cfg["before_move"]["delay"]), report)
     if cfg.get("slow_begin"):
         _slow_begin(float(cfg["slow_begin"]["delay"]), report)
 
@@ -41,6 +45,20 @@ def _slow_after_move(delay: float, report: Callable[..., None]) -> None:
         return then
 
     module.incumbent_moves = slow_moves
+
+
+def _slow_before_move(delay: float, report: Callable[..., None]) -> None:
+    module = importlib.import_module("highlander._shell.etcd_serving")
+    moves = module.incumbent_moves
+
+    async def late_moves(client: Any, *args: Any, **kwargs: Any) -> Any:
+        report(event="moving")
+        await client.runtime.sleep(delay)  # the session's own loop: the keeper renews meanwhile
+        then = await moves(client, *args, **kwargs)
+        report(event="moved", then=str(then))
+        return then
+
+    module.incumbent_moves = late_moves
 
 
 def _slow_begin(delay: float, report: Callable[..., None]) -> None:

@@ -1,0 +1,35 @@
+"""What the client does with each refusal etcd's gateway sends (pure: no cluster).
+
+The words are etcd's own (``etcdserver: ...``, server/etcdserver/api/v3rpc/
+rpctypes): a full database and a lagging member share the gRPC code 8, and
+only the words tell "free space, then disarm" from "ask again".
+"""
+
+from __future__ import annotations
+
+from highlander._etcd import refusals
+
+
+def test_a_member_that_lags_or_has_no_leader_is_asked_again() -> None:
+    assert refusals.ask_again(8, "etcdserver: too many requests")
+    assert refusals.ask_again(14, "etcdserver: no leader")
+    assert refusals.ask_again(4, "etcdserver: request timed out")
+
+
+def test_a_full_etcd_is_not_asked_again_and_its_error_names_the_fix() -> None:
+    said = "etcdserver: mvcc: database space exceeded"
+    assert not refusals.ask_again(8, said)
+    error = refusals.refused("/v3/lease/grant", 8, said)
+    assert error.code == refusals.RESOURCE_EXHAUSTED in refusals.DENIED
+    text = str(error)
+    assert said in text
+    for step in ("etcdctl compact", "etcdctl defrag", "etcdctl alarm disarm", "docs/etcd.md"):
+        assert step in text, text
+
+
+def test_other_refusals_keep_etcds_words_and_code() -> None:
+    error = refusals.refused("/v3/kv/txn", 7, "etcdserver: permission denied")
+    assert not refusals.ask_again(7, "etcdserver: permission denied")
+    assert str(error) == "etcd refused /v3/kv/txn: etcdserver: permission denied (gRPC code 7)"
+    assert error.code == refusals.PERMISSION_DENIED in refusals.DENIED
+    assert refusals.NOT_FOUND not in refusals.DENIED  # a lease gone: NO_LEASE, its own reply
