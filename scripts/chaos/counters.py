@@ -239,6 +239,7 @@ def _refusal(line: str) -> str:
         ("record is missing", "refused: holder unreachable and no record"),
         ("nobody answers", "refused: holder unreachable"),
         ("thrash", "refused: anti-thrash"),
+        ("database space exceeded", "refused: etcd full (its NOSPACE alarm)"),
     ):
         if needle in text:
             return label

@@ -18,16 +18,27 @@ compacted up to its newest revision, as etcd's auto-compaction or
 Kubernetes does.  Every watch that resumes later (a member gone, five
 silent seconds) must list and watch again; nothing may be lost, so it is no
 loss for the judge, and every counter must stay as it is.
+
+**etcd full** (``etcd_full``, undone by ``etcd_unfull`` 1 to 4 steps later):
+the ``NOSPACE`` alarm raised through etcd's maintenance API, as a database
+that reached its quota raises it.  etcd then takes no writes but keepalives:
+a holder keeps its reign (no ``lease_lost`` is excused for it), a newcomer
+refuses with the fix in its message, and an incumbent whose move etcd
+refuses keeps the project.  Nothing may be lost.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import time
 import urllib.error
+from collections import Counter
+from collections.abc import Callable
 
 from highlander._etcd import api
-from tests.support.etcd_cluster import Cluster, post
+from scripts.chaos.schedule import Step
+from tests.support.etcd_cluster import Cluster, Member, post
 
 #: How the reign is ended: its lease revoked (etcd's early revocation), or its key deleted.
 HOW = ("revoke", "delete")
@@ -65,3 +76,98 @@ def compact(cluster: Cluster) -> str | None:
             post(endpoint, "/v3/kv/compaction", {"revision": str(revision)})
             return f"compacted the history up to revision {revision}"
     return None
+
+
+def nospace(cluster: Cluster, *, on: bool) -> str | None:
+    """Raise etcd's NOSPACE alarm (``on``), or disarm every NOSPACE alarm it has.
+
+    Returns what was done, or ``None`` when no member answered.
+    """
+    for endpoint in cluster.endpoints:
+        with contextlib.suppress(OSError, urllib.error.URLError, ValueError, KeyError):
+            if on:
+                member = post(endpoint, "/v3/maintenance/status", {})["header"]
+                alarm = {"memberID": member["member_id"], "alarm": "NOSPACE"}  # type: ignore[index]
+                post(endpoint, "/v3/maintenance/alarm", {"action": "ACTIVATE", **alarm})
+                return "raised etcd's NOSPACE alarm: no writes but keepalives"
+            listed = post(endpoint, "/v3/maintenance/alarm", {"action": "GET"}).get("alarms", [])
+            for alarm in listed if isinstance(listed, list) else []:
+                if alarm.get("alarm") == "NOSPACE":
+                    body = {"action": "DEACTIVATE", **alarm}
+                    post(endpoint, "/v3/maintenance/alarm", body)
+            return "disarmed etcd's NOSPACE alarm"
+    return None
+
+
+#: The step kinds :class:`DataFaults` carries out.
+DATA_FAULTS = frozenset({"etcd_end_reign", "etcd_compact", "etcd_full", "etcd_unfull"})
+
+
+class DataFaults:
+    """The etcd runner's faults on the cluster's data (a mixin of ``EtcdRunner``)."""
+
+    cluster: Cluster
+    key: bytes
+    noops: Counter[str]
+    harness: Counter[str]
+    losses: list[tuple[int, int, str]]
+    member_faults: dict[int, tuple[str, Member]]
+    poll: Callable[[], None]  # the runner's: read what the children reported
+    #: The step whose NOSPACE alarm is raised now (``etcd_full``), if one is.
+    full_since: int | None = None
+
+    def data_fault(self, step: Step) -> str:
+        """Carry out ``step`` (a kind in :data:`DATA_FAULTS`); what was done."""
+        if step.kind == "etcd_end_reign":
+            return self.end_reign(step)
+        if step.kind == "etcd_compact":
+            return self.compact(step)
+        if step.kind == "etcd_full":
+            return self.fill(step)
+        return self.unfill(step.params["origin"])
+
+    def end_reign(self, step: Step) -> str:
+        """End the holder's reign in etcd behind its back, recorded as a loss (etcd_data)."""
+        self.poll()
+        before = time.monotonic_ns()
+        note = end_reign(self.cluster, self.key, step.params["how"])
+        if note is None:
+            self.noops[f"{step.kind}: nobody holds"] += 1
+            return "nobody holds"
+        self.losses.append((before, time.monotonic_ns(), f"step {step.index}: {note}"))
+        self.harness[f"reign ended in etcd ({step.params['how']})"] += 1
+        return note
+
+    def compact(self, step: Step) -> str:
+        """Compact the cluster's history (etcd_data): every later resume must list again."""
+        note = compact(self.cluster)
+        if note is None:
+            self.noops[f"{step.kind}: no member answered"] += 1
+            return "no member answered"
+        self.harness["history compacted"] += 1
+        return note
+
+    def fill(self, step: Step) -> str:
+        """Raise the NOSPACE alarm (etcd_data), unless a member is down: its restart
+        waits for the cluster's health, which the alarm denies."""
+        if self.member_faults or self.full_since is not None:
+            self.noops[f"{step.kind}: a member is down, or etcd is full already"] += 1
+            return "not now"
+        note = nospace(self.cluster, on=True)
+        if note is None:
+            self.noops[f"{step.kind}: no member answered"] += 1
+            return "no member answered"
+        self.full_since = step.index
+        self.harness["etcd full (NOSPACE alarm)"] += 1
+        return note
+
+    def unfill(self, origin: int | None = None) -> str:
+        """Disarm the alarm step ``origin`` raised (every one, at the settling: ``None``)."""
+        if self.full_since is None or (origin is not None and origin != self.full_since):
+            self.noops["etcd_unfull: no alarm of that step"] += 1
+            return "nothing to undo"
+        note = nospace(self.cluster, on=False)
+        if note is None:
+            return "no member answered (the settling disarms it)"
+        self.full_since = None
+        return note

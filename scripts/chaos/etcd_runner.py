@@ -24,7 +24,7 @@ from typing import Any
 
 from highlander._etcd.session import HolderValue, holder_key, project_root
 from highlander._host.identity import is_halted
-from scripts.chaos.etcd_data import compact, end_reign
+from scripts.chaos.etcd_data import DATA_FAULTS, DataFaults
 from scripts.chaos.etcd_schedule import MEMBER_FAULTS, child_params
 from scripts.chaos.log import EventTail
 from scripts.chaos.procs import Lab, Proc
@@ -96,7 +96,7 @@ def host_of(proc: Proc) -> str:
     return str((proc.cfg or {}).get("host", "?"))
 
 
-class EtcdRunner(Runner):
+class EtcdRunner(DataFaults, Runner):
     """Runs an etcd schedule against a :class:`Lab` and a :class:`Cluster`, and settles it."""
 
     def __init__(
@@ -163,36 +163,13 @@ class EtcdRunner(Runner):
             return self.member_fault(step)
         if step.kind in ("etcd_restart", "etcd_resume"):
             return self.member_back(step.params["origin"])
-        if step.kind == "etcd_end_reign":
-            return self.end_reign(step)
-        if step.kind == "etcd_compact":
-            return self.compact(step)
+        if step.kind in DATA_FAULTS:
+            return self.data_fault(step)
         if step.kind == "etcd_stop_at_commit":
             proc = self.start(step.index, step.params)
             self.at_commit[step.index] = proc
             return f"started pid {proc.pid} (the leader stops at its ACK)"
         return super().act(step)
-
-    def end_reign(self, step: Step) -> str:
-        """End the holder's reign in etcd behind its back, recorded as a loss (etcd_data)."""
-        self.poll()
-        before = time.monotonic_ns()
-        note = end_reign(self.cluster, self.key, step.params["how"])
-        if note is None:
-            self.noops[f"{step.kind}: nobody holds"] += 1
-            return "nobody holds"
-        self.losses.append((before, time.monotonic_ns(), f"step {step.index}: {note}"))
-        self.harness[f"reign ended in etcd ({step.params['how']})"] += 1
-        return note
-
-    def compact(self, step: Step) -> str:
-        """Compact the cluster's history (etcd_data): every later resume must list again."""
-        note = compact(self.cluster)
-        if note is None:
-            self.noops[f"{step.kind}: no member answered"] += 1
-            return "no member answered"
-        self.harness["history compacted"] += 1
-        return note
 
     def meanwhile(self) -> bool:
         """A newcomer of ``etcd_stop_at_commit`` stopped itself before its ACK: stop the
@@ -239,6 +216,9 @@ class EtcdRunner(Runner):
         if self.member_faults:
             self.noops[f"{step.kind}: a member is down already (quorum kept)"] += 1
             return "a member is down already"
+        if self.full_since is not None:
+            self.noops[f"{step.kind}: etcd is full (a restart waits for its health)"] += 1
+            return "etcd is full"
         died = self._died_by_itself()
         if died:
             return died
@@ -307,6 +287,8 @@ class EtcdRunner(Runner):
 
     def undo(self, schedule: list[Step]) -> None:
         """Heal the cluster (then ``wait_healthy``), then SIGCONT every stopped child."""
+        if self.full_since is not None:
+            self.log.append((len(schedule), "etcd heal", self.unfill(), time.monotonic_ns()))
         for origin in list(self.member_faults):
             note = self.member_back(origin)
             self.log.append((len(schedule), "etcd heal", note, time.monotonic_ns()))

@@ -18,7 +18,9 @@ the holder's reign ended in etcd behind its back (``etcd_end_reign``: its
 lease revoked early, as etcd 3.5.1 did itself, or its key deleted by hand;
 scripts/chaos/etcd_data.py), after which it must step down by itself; and
 the cluster's history compacted (``etcd_compact``), after which every watch
-that resumes must list and watch again, losing nothing.
+that resumes must list and watch again, losing nothing; and etcd full
+(``etcd_full``: its NOSPACE alarm for 1 to 4 steps, never while a member is
+down, whose restart waits for a health the alarm denies).
 
 Every start draws the simulated host of its child (``HIGHLANDER_HOST_ID``)
 from :data:`HOSTS`, a storm one host per newcomer: three successions in four
@@ -94,6 +96,7 @@ WEIGHTS: dict[str, float] = {
     "etcd_stop_at_commit": 2,
     "etcd_end_reign": 1.5,
     "etcd_compact": 1.5,
+    "etcd_full": 1.5,
 }
 
 
@@ -152,9 +155,10 @@ PARAMS: dict[str, Callable[[random.Random], dict[str, Any]]] = {
     "etcd_stop_at_commit": _on_a_host(_stop_at_commit),
     "etcd_end_reign": lambda rng: {"how": rng.choice(HOW)},
     "etcd_compact": lambda rng: {},
+    "etcd_full": lambda rng: {"after": rng.randint(1, 4)},
 }
 #: What the etcd schedule is drawn from.
-TABLES = Tables(WEIGHTS, PARAMS, dict(MEMBER_FAULTS))
+TABLES = Tables(WEIGHTS, PARAMS, {**MEMBER_FAULTS, "etcd_full": "etcd_unfull"})
 
 
 def make_etcd_schedule(seed: int, count: int) -> list[Step]:

@@ -29,7 +29,7 @@ from scripts.chaos.log import EventTail
 from scripts.chaos.process import Proc
 from scripts.chaos.procs import Lab
 from scripts.chaos.schedule import Step
-from tests.support.etcd_cluster import Cluster
+from tests.support.etcd_cluster import Cluster, start_cluster
 
 #: Hang guard (never a performance bound).
 SETTLE = 60.0
@@ -126,3 +126,27 @@ def test_the_history_is_compacted_and_a_holder_answers_after_it(
         newcomer = runner.start(2, {"save": "normal", "steps": 1, "host": "h2"})
         assert lab.wait_until(lambda: newcomer.ready is not None, SETTLE), "it never held"
         assert newcomer.ready is not None and newcomer.ready["outcome"] == "succeeded"
+
+
+def test_etcd_full_is_raised_and_disarmed_and_the_holder_keeps_through_it(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # A cluster of its own: the alarm is cluster-wide, and the suite's is shared.
+    cluster = start_cluster(tmp_path_factory.mktemp("full"), size=1)
+    try:
+        with _holding(tmp_path, cluster) as (lab, runner, holder):
+            assert runner.act(Step(1, "etcd_full", {"after": 1})).startswith("raised")
+            assert runner.harness["etcd full (NOSPACE alarm)"] == 1
+            assert runner.act(Step(2, "etcd_stop_leader", {"pick": 0.0})) == "etcd is full"
+            newcomer = runner.start(3, {"save": "normal", "steps": 1, "host": "h2"})
+            assert lab.wait_until(lambda: newcomer.exit_ns is not None, SETTLE), "it waited"
+            assert newcomer.returncode == 1 and newcomer.ready is None
+            assert "etcdctl alarm disarm" in newcomer.last_error(), newcomer.last_error()
+            assert holder.exit_ns is None and holder.believes
+            said = runner.act(Step(4, "etcd_unfull", {"origin": 1}))
+            assert said == "disarmed etcd's NOSPACE alarm" and runner.full_since is None
+            after = runner.start(5, {"save": "normal", "steps": 1, "host": "h3"})
+            assert lab.wait_until(lambda: after.ready is not None, SETTLE), "it never held"
+            assert after.ready is not None and after.ready["outcome"] == "succeeded"
+    finally:
+        cluster.close()
