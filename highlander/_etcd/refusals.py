@@ -39,8 +39,17 @@ def ask_again(code: int, message: str) -> bool:
     return code in (UNAVAILABLE, DEADLINE_EXCEEDED) or TOO_MANY_REQUESTS in message
 
 
+#: What an operator does about a user that may not touch Highlander's keys.
+NOT_PERMITTED = (
+    "give the etcd user (HIGHLANDER_ETCD_USER) read and write on the key prefix "
+    '(HIGHLANDER_ETCD_PREFIX, /highlander/ by default): docs/etcd.md, "Least privilege"'
+)
+
+
 def refused(path: str, code: int, message: str) -> EtcdError:
     """The error for a refusal that is not asked again, naming the fix where there is one."""
     if NO_SPACE in message:
         return EtcdError(f"etcd refused {path}: {message}; {FULL}", code)
+    if code == PERMISSION_DENIED:
+        return EtcdError(f"etcd refused {path}: {message}; {NOT_PERMITTED}", code)
     return EtcdError(f"etcd refused {path}: {message} (gRPC code {code})", code)

@@ -27,9 +27,17 @@ def test_a_full_etcd_is_not_asked_again_and_its_error_names_the_fix() -> None:
         assert step in text, text
 
 
-def test_other_refusals_keep_etcds_words_and_code() -> None:
-    error = refusals.refused("/v3/kv/txn", 7, "etcdserver: permission denied")
-    assert not refusals.ask_again(7, "etcdserver: permission denied")
-    assert str(error) == "etcd refused /v3/kv/txn: etcdserver: permission denied (gRPC code 7)"
+def test_a_user_not_permitted_is_told_which_permission_to_give() -> None:
+    said = "etcdserver: permission denied"
+    assert not refusals.ask_again(7, said)
+    error = refusals.refused("/v3/kv/txn", 7, said)
     assert error.code == refusals.PERMISSION_DENIED in refusals.DENIED
+    for part in (said, "HIGHLANDER_ETCD_USER", "HIGHLANDER_ETCD_PREFIX", "Least privilege"):
+        assert part in str(error), str(error)
+
+
+def test_other_refusals_keep_etcds_words_and_code() -> None:
+    error = refusals.refused("/v3/kv/put", 3, "etcdserver: request is too large")
+    assert not refusals.ask_again(3, "etcdserver: request is too large")
+    assert str(error) == "etcd refused /v3/kv/put: etcdserver: request is too large (gRPC code 3)"
     assert refusals.NOT_FOUND not in refusals.DENIED  # a lease gone: NO_LEASE, its own reply

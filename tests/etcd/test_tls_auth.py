@@ -123,6 +123,7 @@ async def test_the_user_cannot_touch_keys_outside_its_prefix(
         with pytest.raises(EtcdError) as caught:
             await client.call("/v3/kv/range", api.get(b"/elsewhere"))
     assert "permission denied" in str(caught.value)
+    assert 'docs/etcd.md, "Least privilege"' in str(caught.value)  # the fix named
 
 
 async def test_a_wrong_password_is_refused_with_the_fix(tls_cluster: Cluster, pki: Pki) -> None:
