@@ -22,6 +22,16 @@ if TYPE_CHECKING:
 
     Json = dict[str, Any]
 
+#: gRPC status codes that etcd's gateway puts in an error body (what a client does
+#: about each, and the fix it names: :mod:`highlander._etcd.refusals`).
+UNAVAILABLE = 14  # this member cannot serve now (no leader, stopping): ask another
+DEADLINE_EXCEEDED = 4  # the member gave up waiting for raft: ask another
+UNAUTHENTICATED = 16  # the auth token expired or is unknown to this member: authenticate again
+NOT_FOUND = 5  # e.g. "requested lease not found": the lease is gone for good
+PERMISSION_DENIED = 7  # the etcd user may not do this (docs/etcd.md, "Least privilege")
+RESOURCE_EXHAUSTED = 8  # a full database, or a member whose applying lags: nothing applied
+DENIED = frozenset({PERMISSION_DENIED, RESOURCE_EXHAUSTED})  # not applied, nor while they last
+
 
 class MalformedAnswer(ValueError):  # noqa: N818 - names what arrived, like json's errors
     """An answer that is not what etcd's gateway sends (a proxy's page, a torn body)."""

@@ -34,7 +34,7 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator
 
 from highlander._core.errors import EtcdError, EtcdUnavailableError
-from highlander._etcd import api, refusals
+from highlander._etcd import api
 from highlander._etcd.endpoints import Target
 from highlander._etcd.http import Pool, TransportError
 
@@ -211,7 +211,7 @@ class Client:
             f"({said or 'no member was tried'}); check "
             f"HIGHLANDER_BACKEND ({self.target.describe()}) and that a majority of the "
             "cluster's members run (etcdctl endpoint health)",
-            refusals.UNAVAILABLE,
+            api.UNAVAILABLE,
         )
 
     async def _once(
@@ -228,16 +228,18 @@ class Client:
             if failure is None:
                 return answer
             code, message = failure
-            if code == refusals.UNAUTHENTICATED and self.target.user and attempt == 0:
+            if code == api.UNAUTHENTICATED and self.target.user and attempt == 0:
                 self._tokens.pop(endpoint, None)
                 continue
+            from highlander._etcd import refusals  # noqa: PLC0415 - a refusal's path only
+
             if refusals.ask_again(code, message):
                 raise _Retry(message)
             raise refusals.refused(path, code, message)
         raise EtcdError(
             f"etcd refused user {self.target.user!r} twice on {endpoint}: check "
             "HIGHLANDER_ETCD_USER / HIGHLANDER_ETCD_PASSWORD",
-            refusals.UNAUTHENTICATED,
+            api.UNAUTHENTICATED,
         )
 
     def _within(self, timeout: float, deadline: float) -> float:
@@ -280,6 +282,8 @@ class Client:
             failure = api.error_of(answer)
             if failure is not None:
                 code, message = failure
+                from highlander._etcd import refusals  # noqa: PLC0415 - a refusal's path only
+
                 if refusals.ask_again(code, message):
                     raise _Retry(message)
                 raise EtcdError(

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from highlander._core import etcd_commit as rules
 from highlander._core.errors import EtcdError, EtcdUnavailableError
 from highlander._core.etcd_commit import Key, Reply, Then
-from highlander._etcd import api, refusals
+from highlander._etcd import api
 from highlander._etcd.claim import Held, holder
 from highlander._etcd.client import Client
 
@@ -59,9 +59,9 @@ async def _move_once(
     except EtcdUnavailableError:
         pass  # lost: it may apply, now or later
     except EtcdError as refused:
-        if refused.code == refusals.NOT_FOUND:
+        if refused.code == api.NOT_FOUND:
             return Reply.NO_LEASE, None  # the compares held; the put's lease is gone
-        if refused.code in refusals.DENIED:
+        if refused.code in api.DENIED:
             unknown = Reply.DENIED  # not applied; where the key is, the read says
     else:
         if answer.succeeded:
@@ -149,12 +149,12 @@ async def fence_out(
     """
     reply, found = await _move_once(client, key, value, incumbent, fence_lease, unread, also)
     if reply is Reply.LOST and found is Key.THEIRS_INTACT:
-        raise EtcdUnavailableError("etcd did not settle the fence: try again", refusals.UNAVAILABLE)
+        raise EtcdUnavailableError("etcd did not settle the fence: try again", api.UNAVAILABLE)
     if found is not Key.OURS:
         return Key.THEIRS_INTACT if found is None else found
     try:
         await client.call("/v3/lease/revoke", api.revoke(incumbent.lease))
     except EtcdError as refused:
-        if refused.code != refusals.NOT_FOUND:
+        if refused.code != api.NOT_FOUND:
             raise  # unsettled: the caller tries again (the move is ours already)
     return Key.OURS

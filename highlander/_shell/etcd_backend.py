@@ -20,7 +20,7 @@ import socket
 import time
 
 from highlander._core.errors import EtcdError, ForeignHolderError
-from highlander._etcd import api, refusals
+from highlander._etcd import api
 from highlander._etcd.channel import Channel, carry, open_channel
 from highlander._etcd.claim import Held, counter_key
 from highlander._etcd.session import (
@@ -173,7 +173,7 @@ class EtcdBackend:
         try:
             channel = self._open_channel(renew=False)
         except EtcdError as refused:
-            if refused.code != refusals.NOT_FOUND:
+            if refused.code != api.NOT_FOUND:
                 raise
             channel = self._open_channel(renew=True)  # our lease is gone: a new one
         return self._converse(kv, holder, channel)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 from highlander._core.errors import EtcdError
-from highlander._etcd import api, refusals
+from highlander._etcd import api
 from highlander._etcd.claim import Held
 from highlander._host.event_log import Outcome
 from highlander._host.modes import Mode
@@ -50,7 +50,7 @@ def claim(backend: EtcdBackend, settings: Settings) -> Reign | None:
         else:
             result = backend.session.claim_reign(backend.key, value_for)
     except EtcdError as refused:
-        if refused.code != refusals.NOT_FOUND:
+        if refused.code != api.NOT_FOUND:
             raise
         backend.session.lease_kept(renew=True)  # our lease is gone (etcd says): a new one
         result = backend.session.claim_reign(backend.key, value_for)

@@ -127,12 +127,7 @@ async def worker(backend: str, holders: int, seconds: float, idle: float | None)
         async with anyio.create_task_group() as tasks:
             if idle is not None:
                 keys = [prefix + b"%d" % i for i in range(holders)]
-
-                async def watch() -> None:
-                    nonlocal watched
-                    watched = await watch_like_holders(endpoints, keys, seconds, idle)
-
-                tasks.start_soon(watch)
+                tasks.start_soon(watch_like_holders, endpoints, keys, seconds, idle, watched)
             load = await keep_alive(endpoints, leases, MIN_TTL, seconds)
         body = api.get(prefix, prefix=True)
         body["count_only"] = True

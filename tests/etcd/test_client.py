@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from highlander._core.errors import EtcdError, EtcdUnavailableError
-from highlander._etcd import api, refusals
+from highlander._etcd import api
 from highlander._etcd.claim import Held, claim, commit, holder, still_held
 from highlander._etcd.client import CREATED, Client
 from highlander._etcd.endpoints import Target, parse
@@ -244,7 +244,7 @@ async def test_no_member_answering_is_one_error_that_names_the_fix() -> None:
     assert "HIGHLANDER_BACKEND" in message
     assert "majority" in message
     assert isinstance(caught.value, EtcdError)
-    assert caught.value.code == refusals.UNAVAILABLE
+    assert caught.value.code == api.UNAVAILABLE
 
 
 async def test_a_refusal_is_an_error_with_etcds_code(etcd: Cluster) -> None:
@@ -252,7 +252,7 @@ async def test_a_refusal_is_an_error_with_etcds_code(etcd: Cluster) -> None:
         with pytest.raises(EtcdError) as caught:
             # A lease that does not exist: etcd answers NOT_FOUND, nothing to retry.
             await client.call("/v3/kv/put", {"key": api.b64(_key()), "value": "", "lease": "12345"})
-    assert caught.value.code == refusals.NOT_FOUND
+    assert caught.value.code == api.NOT_FOUND
     assert not isinstance(caught.value, EtcdUnavailableError)
 
 

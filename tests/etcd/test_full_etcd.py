@@ -18,13 +18,13 @@ suite's shared cluster never sees it.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from highlander._etcd import api
-from highlander._etcd.session import app_root, holder_key
+from scripts.chaos.etcd_data import nospace
 from tests.etcd.test_handle import FAST, SETTLE, Hosts
+from tests.etcd.test_key_lost import _holder
 from tests.support.etcd_cluster import Cluster, post, start_cluster
 from tests.support.proctools import Child, Children
 
@@ -45,12 +45,9 @@ def hosts(kids: Children, full: Cluster) -> Hosts:
     return Hosts(kids, full)
 
 
-def _alarm(etcd: Cluster, action: str) -> list[object]:
-    """``ACTIVATE`` or ``DEACTIVATE`` the NOSPACE alarm; the alarms etcd then reports."""
-    member = post(etcd.endpoints[0], "/v3/maintenance/status", {})["header"]
-    assert isinstance(member, dict)
-    body = {"action": action, "memberID": member["member_id"], "alarm": "NOSPACE"}
-    post(etcd.endpoints[0], "/v3/maintenance/alarm", body)
+def _alarm(etcd: Cluster, *, on: bool) -> list[object]:
+    """Raise or disarm the NOSPACE alarm (as ``make chaos-etcd`` does); the alarms etcd then has."""
+    assert nospace(etcd, on=on) is not None
     listed = post(etcd.endpoints[0], "/v3/maintenance/alarm", {"action": "GET"})
     alarms = listed.get("alarms", [])
     assert isinstance(alarms, list)
@@ -68,7 +65,7 @@ def _told_the_fix(newcomer: Child) -> None:
 
 def _takes_over_after_the_disarm(hosts: Hosts, etcd: Cluster, first: Child) -> None:
     """Disarmed, a newcomer takes over with the state the holder kept all along."""
-    assert _alarm(etcd, "DEACTIVATE") == []
+    assert _alarm(etcd, on=False) == []
     third = hosts.start("h3")
     report = third.wait_for("ready", timeout=SETTLE)
     assert (report["outcome"], report["generation"]) == ("succeeded", 2), report
@@ -76,22 +73,16 @@ def _takes_over_after_the_disarm(hosts: Hosts, etcd: Cluster, first: Child) -> N
     assert first.finish(SETTLE)[0] == 0  # deposed by the handover, not before
 
 
-def _lease_of_holder(hosts: Hosts, etcd: Cluster) -> dict[str, Any]:
-    key = holder_key(app_root("child", hosts.project, {}))
-    _, kvs = api.got(post(etcd.endpoints[0], "/v3/kv/range", api.get(key)))
-    assert kvs, "nobody holds the project"
-    return post(etcd.endpoints[0], "/v3/lease/timetolive", api.time_to_live(kvs[0].lease))
-
-
 def test_a_newcomer_to_a_full_etcd_is_told_the_fix_and_the_holder_keeps(
     hosts: Hosts, full: Cluster
 ) -> None:
     first = hosts.start("h1")
     assert first.wait_for("ready")["generation"] == 1
-    assert _alarm(full, "ACTIVATE") != []
+    assert _alarm(full, on=True) != []
     _told_the_fix(hosts.start("h2", report_errors=True))
     # The holder's keepalives are no writes: its lease lives on, whatever time passed.
-    assert int(_lease_of_holder(hosts, full)["TTL"]) > 0
+    lease = _holder(hosts).lease
+    assert int(post(full.endpoints[0], "/v3/lease/timetolive", api.time_to_live(lease))["TTL"]) > 0
     assert first.proc.poll() is None
     assert not hosts.events("lease_lost") and not hosts.events("deposed")
     _takes_over_after_the_disarm(hosts, full, first)
@@ -105,7 +96,7 @@ def test_a_move_etcd_refuses_leaves_the_incumbent_holding(hosts: Hosts, full: Cl
     first.wait_for("ready")
     second = hosts.start("h2", timeouts={**FAST, "exit_grace": 4.0}, report_errors=True)
     first.wait_for("moving", timeout=SETTLE)
-    assert _alarm(full, "ACTIVATE") != []
+    assert _alarm(full, on=True) != []
     assert first.wait_for("moved", timeout=SETTLE)["then"] == "Then.KEEP"
     _told_the_fix(second)  # it found the incumbent silent; its fence is a write too
     assert first.proc.poll() is None
