@@ -40,13 +40,16 @@ from tests.support.etcd_cluster import Cluster, start_cluster
 T = TypeVar("T")
 
 
-def one_succession(
-    kids: Children, cluster: Cluster, tree: str | None = None
-) -> tuple[float, float, float]:
+#: One succession: the newcomer's acquire(), its start -> HELLO, HELLO -> claimed,
+#: and claimed -> acquire() returned (ms).
+Sample = tuple[float, float, float, float]
+
+
+def one_succession(kids: Children, cluster: Cluster, tree: str | None = None) -> Sample:
     """One holder on host A deposed by one fresh newcomer on host B.
 
-    Returns the newcomer's ``acquire()``, its start -> HELLO and its HELLO ->
-    claimed, in ms.  ``tree``: both children import Highlander from that
+    Returns the newcomer's ``acquire()``, its start -> HELLO, its HELLO ->
+    claimed and its claimed -> return, in ms.  ``tree``: both children import Highlander from that
     checkout instead.
     """
     project = f"bench.example/{uuid.uuid4().hex}"
@@ -74,7 +77,8 @@ def one_succession(
     kids.end(holder)
     kids.end(incoming)  # it holds (its lease goes with it)
     before, handover = _phases(kids, incoming.pid, float(got["started_at"]))
-    return float(got["seconds"]) * 1000, before, handover
+    total = float(got["seconds"]) * 1000
+    return total, before, handover, total - before - handover
 
 
 def one_failover(kids: Children, cluster: Cluster) -> float:
@@ -105,7 +109,7 @@ def _phases(kids: Children, pid: int, started_at: float) -> tuple[float, float]:
     return (seen["hello"] - started_at) * 1000, (seen["claimed"] - seen["hello"]) * 1000
 
 
-def measure(base: Path, cluster: Cluster, runs: int) -> list[tuple[float, float, float]]:
+def measure(base: Path, cluster: Cluster, runs: int) -> list[Sample]:
     """``runs`` successions after one warm-up (bytecode, page caches, the cluster's)."""
     script = write_child_script(base)
     with children(base, "etcd-succession", script) as kids:
@@ -115,7 +119,7 @@ def measure(base: Path, cluster: Cluster, runs: int) -> list[tuple[float, float,
 
 def measure_against(
     base: Path, cluster: Cluster, runs: int, other: str
-) -> tuple[list[tuple[float, float, float]], list[tuple[float, float, float]]]:
+) -> tuple[list[Sample], list[Sample]]:
     """``runs`` pairs, this tree and ``other`` in turn (order alternating): each's phases.
 
     On a machine whose speed drifts by tens of percent within the hour, only
@@ -123,8 +127,8 @@ def measure_against(
     """
     script = write_child_script(base)
     here = str(REPO)
-    ours: list[tuple[float, float, float]] = []
-    theirs: list[tuple[float, float, float]] = []
+    ours: list[Sample] = []
+    theirs: list[Sample] = []
     with children(base, "etcd-succession-ab", script) as kids:
         for tree in (here, other):  # warm-up: each tree's bytecode
             one_succession(kids, cluster, tree)
@@ -168,6 +172,7 @@ def main() -> int:
         "fresh newcomer's acquire()",
         "its start -> HELLO",
         "its HELLO -> claimed (the handover)",
+        "its claimed -> acquire() returned",
     )
     for n, (name, column) in enumerate(zip(names, zip(*samples, strict=True), strict=True)):
         ms = sorted(column)
@@ -209,7 +214,12 @@ def _against(runs: int, other: str) -> int:
         "| paired difference, median | this tree faster in |"
     )
     print("|---|---:|---:|---:|---:|")
-    names = ("fresh newcomer's acquire()", "its start -> HELLO", "its HELLO -> claimed")
+    names = (
+        "fresh newcomer's acquire()",
+        "its start -> HELLO",
+        "its HELLO -> claimed",
+        "its claimed -> returned",
+    )
     columns = zip(zip(*ours, strict=True), zip(*theirs, strict=True), strict=True)
     for name, (mine, other_ms) in zip(names, columns, strict=True):
         diffs = [a - b for a, b in zip(mine, other_ms, strict=True)]
