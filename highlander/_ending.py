@@ -18,6 +18,11 @@ if TYPE_CHECKING:
     from highlander._host.waiting import Runtime
 
 _HELD = "another process holds it now"
+#: What ``check_current()`` says while the reign's commit to a successor is in flight.
+COMMITTING = (
+    "its successor may hold from any moment now (if the commit does not apply, "
+    "this process holds again and is_holder says so)"
+)
 #: What ``check_current()`` says once a reign ended other than by a successor.
 _ENDINGS = {
     Outcome.STOPPED: "it was stopped (`highlander stop`)",

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from types import TracebackType
 
 from highlander._core.errors import Deposed, HighlanderError
-from highlander._ending import ending
+from highlander._ending import COMMITTING, ending
 from highlander._host.claim import Reign
 from highlander._host.event_log import Event, Outcome
 from highlander._host.log import flush
@@ -252,13 +252,10 @@ class Highlander(SharingApi):
     @property
     def is_holder(self) -> bool:
         """Whether this process holds the project right now (never in a forked child)."""
-        reign = self._reign
-        return (
-            reign is not None
-            and reign.lock.held
-            and not self._deposed.is_set()
-            and not self._released
-        )
+        reign, incumbent = self._reign, self._incumbent
+        ended = self._deposed.is_set() or self._released
+        going = incumbent is not None and incumbent.letting_go  # its commit is on the way
+        return reign is not None and reign.lock.held and not (ended or going)
 
     @property
     def fencing(self) -> tuple[str | None, int]:
@@ -285,7 +282,9 @@ class Highlander(SharingApi):
         this process (not a fork of it) still has the locked descriptor, the
         lock file at the rendezvous path is that same file (not deleted, not
         replaced, its directory not wiped), and the record on disk is
-        readable and names this pid and generation (fencing).
+        readable and names this pid and generation (fencing); over etcd, if
+        etcd still records this reign.  Never while a handover this holder
+        accepted commits (from its ``relinquished`` event on).
         """
         reign = self._reign
         if reign is None:
@@ -303,11 +302,14 @@ class Highlander(SharingApi):
             raise Deposed(why)
 
     def _raise_if_ended(self) -> None:
-        stepped = self._incumbent.outcome if self._incumbent is not None else None
+        incumbent = self._incumbent
+        stepped = incumbent.outcome if incumbent is not None else None
         if self._deposed.is_set() or self._released or stepped is not None:
             raise Deposed(
                 f"generation {self.generation} ended: {ending(self._ended_as or stepped)}"
             )
+        if incumbent is not None and incumbent.letting_go:
+            raise Deposed(f"generation {self.generation} is committing a handover: {COMMITTING}")
 
     def release(self) -> None:
         """Give the project up cleanly; idempotent, also runs at interpreter exit.

@@ -5,9 +5,12 @@ when it accepts a timely ACK_SUCCESSION it runs the *move*, the one
 transaction that puts the holder key on the newcomer's lease while it is
 still the incumbent's reign (``_etcd/claim.commit``: compare the key's
 mod revision with I's token and its lease with I's lease).  The newcomer's
-lease is the one its conversation key rides on.  From the moment I runs the
-move it no longer acts as holder, and it ends the stream only once etcd has
-said the move applied: the end of stream is the commit's answer to N.
+lease is the one its conversation key rides on.  I stops acting as holder
+*before* it sends the move (and says so), and ends the stream only once
+etcd has said the move applied.  The move also puts I's ``moved`` mark,
+which N's watch delivers at the move's revision: N holds at once, since I
+stopped before the move could apply (:func:`newcomer_decides` with CLOSED
+and OURS, no read).
 
 Who owns what at each step::
 
@@ -15,13 +18,12 @@ Who owns what at each step::
     HELLO .. SAVING                   I's lease       I                I
     SAVED sent (handoff in it)        I's lease       I                I, and N's handoff copy
     N sends ACK_SUCCESSION            I's lease       I                I (+ N's copy)
-    -- I accepts the ACK in time: runs the move ----------------------------------
+    -- I accepts the ACK in time: stops acting, runs the move --------------------
     the move in flight, or its        I's or N's      nobody           N's copy (I's is
       answer lost (I re-reads)        lease                            frozen, never served)
-    the move known applied            N's lease       nobody           N (handoff)
-    I ends the stream                 N's lease       nobody           N
-    N sees the end of stream, reads   N's lease       N                N
-      the key (linearizable): OURS
+    the move applied: N sees the      N's lease       N                N (handoff)
+      mark (or a read finds OURS)
+    I learns it, ends the stream      N's lease       N                N
     I runs on_deposed, exits          N's lease       N                N
 
 ``I`` is the incumbent, ``N`` the newcomer.  "Acts as holder": running,
@@ -35,7 +37,7 @@ REFUSED ``late``.  The move's outcome (:func:`incumbent_learns`):
   move applied (DEPOSED: end the stream, run ``on_deposed``);
 * NO_LEASE (etcd refused the put: N's lease does not exist): nothing was
   applied and no attempt ever can be, as a lease never comes back, so I's
-  reign is intact and N cannot hold on that lease (KEEP);
+  reign is intact and N cannot hold on that lease (KEEP: I acts again);
 * DENIED (etcd refused the transaction outright: its database is full, or
   the user may not write): this attempt was not applied.  If no earlier
   attempt's answer was lost, nothing was, and I keeps (KEEP) rather than

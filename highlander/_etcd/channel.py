@@ -153,7 +153,7 @@ class Channel:
         await self._put(self._name(self.side, FIN), b"")
 
     async def chunks(self) -> AsyncGenerator[bytes, None]:
-        """The other side's chunks in order, until its ``fin`` or the end of its lease."""
+        """The other side's chunks in order, until its ``fin``, its ``moved`` or its lease's end."""
         theirs = self._theirs
         expected = 0
         watch, self._watch = self._watch, None
@@ -169,8 +169,10 @@ class Channel:
                 if leaf == HERE:
                     continue
                 if leaf == MOVED:
+                    # The incumbent's commit applied: it stopped acting before it
+                    # sent it, and says nothing after it.  Its stream ends here.
                     self.moved = event.kv
-                    continue
+                    return
                 try:
                     number = int(leaf, 16)
                 except ValueError as exc:

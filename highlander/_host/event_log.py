@@ -49,6 +49,7 @@ class Event(enum.StrEnum):
     ACKED = "acked"
     HANDOVER_ABORTED = "handover_aborted"  # the incumbent kept the project after SAVED
     RELINQUISHED = "relinquished"  # the deposed incumbent gave the project up
+    RESUMED = "resumed"  # (etcd) the incumbent's commit did not apply: it holds again
     CLAIMED = "claimed"
     STALE_CLEARED = "stale_cleared"  # a dead holder's socket file was replaced
     RELEASED = "released"  # the holder gave the project up without a successor

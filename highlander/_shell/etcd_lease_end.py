@@ -1,14 +1,11 @@
 """An incumbent's lease running out, waited for: never a signal, another host's or not.
 
-Two waits of the newcomer's over etcd, both on the incumbent's lease as etcd
-reports it (``/v3/lease/timetolive``), both bounded:
-
-* :func:`outlast`: the incumbent's move put the key on our lease, and we
-  wait for it to let its own lease go, so that its ``relinquished`` comes
-  before our reign (:mod:`highlander._shell.etcd_takeover`);
-* :func:`expires`: a silent reign whose lease nobody renews is left to run
-  out rather than fenced (:meth:`EtcdBackend.fence
-  <highlander._shell.etcd_backend.EtcdBackend.fence>`).
+:func:`expires`: a silent reign whose lease nobody renews is left to run out
+rather than fenced (:meth:`EtcdBackend.fence
+<highlander._shell.etcd_backend.EtcdBackend.fence>`), bounded, on the lease
+as etcd reports it (``/v3/lease/timetolive``).  (A successor no longer
+outlasts the incumbent that moved the key to it: that incumbent stopped
+acting before it sent the move, :mod:`highlander._shell.etcd_takeover`.)
 """
 
 from __future__ import annotations
@@ -19,29 +16,6 @@ from highlander._etcd import api
 from highlander._host.waiting import Waiter
 from highlander._shell.etcd_backend import POLL, EtcdBackend
 from highlander._shell.etcd_opened import Opened
-
-
-async def outlast(backend: EtcdBackend, opened: Opened, waiter: Waiter) -> None:
-    """Wait until the incumbent that moved the key to us has let its lease go (bounded).
-
-    Its move applied, but it learns so from etcd's answer: until then it has
-    not said ``relinquished``, and it ends its reign (its lease, and the
-    stream on it) only after.  Its commit retries while its lease bound
-    holds; a lease nobody renews ends one TTL after its last keepalive.  So
-    at most two of its TTLs (and etcd's rounding to whole seconds) after we
-    saw the move, it has let go or cannot act any more: then we begin anyway.
-    """
-    # The lease its stream rides on: the holder key's, as we read it when we
-    # opened, may since have been a fence's that it has moved off and revoked.
-    if opened.channel.peer_gone:
-        return  # its stream's keys went with its lease: it let go
-    lease = opened.channel.peer_lease or opened.incumbent.lease
-    deadline = waiter.now() + 2 * opened.holder.ttl + 1.0
-    while waiter.now() < deadline:
-        left = _lease_left(backend, lease)
-        if left is not None and left[0] < 0:
-            return
-        await waiter.sleep(POLL)
 
 
 def _lease_left(backend: EtcdBackend, lease: int) -> tuple[int, int] | None:

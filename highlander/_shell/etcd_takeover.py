@@ -6,15 +6,16 @@ carries them out:
 1. send ACK_SUCCESSION and hear how the incumbent answered: REFUSED, the
    end of its stream, or nothing within the exit deadline
    (:func:`~highlander._shell.handover.hear`, the same as on one machine);
-2. after an end of stream, where the holder key is: the incumbent's
-   ``moved`` key, written by its move and seen by our watch, says it is on
-   our lease (COMMIT) without a request; without one, a linearizable read:
-   on our lease, the move applied (COMMIT); still the incumbent's reign, it
-   kept (ABORT); absent, its lease ended before any move (CLAIM, with the
-   handoff: nobody else has the state);
+2. the incumbent's ``moved`` key, written by its move and seen by our
+   watch, ends its stream for us: the key is on our lease (COMMIT), no
+   request, no wait for the incumbent to hear etcd's answer; it stopped
+   acting, and said ``relinquished``, before it sent the move.  After an end
+   of stream without one, a linearizable read: on our lease, the move
+   applied (COMMIT); still the incumbent's reign, it kept (ABORT); absent,
+   its lease ended before any move (CLAIM, with the handoff: nobody else has
+   the state);
 3. silent past the deadline, the key already on our lease: its move applied
-   but it has not learned so yet; hold once it let its lease go
-   (:func:`outlast`), so its ``relinquished`` comes before our reign;
+   but our watch did not show it; hold at once, for the same reason;
 4. silent past the deadline otherwise: :func:`fence` it, i.e. move the key off its
    reign onto a lease of ours that outlives its lease bound, revoke its
    lease, wait one of its TTLs, read again.  Never a signal: the incumbent
@@ -41,8 +42,7 @@ from highlander._host.claim import Reign
 from highlander._host.event_log import Event, Outcome
 from highlander._host.waiting import Waiter
 from highlander._shell.client import Greeting
-from highlander._shell.etcd_backend import POLL, EtcdBackend
-from highlander._shell.etcd_lease_end import outlast
+from highlander._shell.etcd_backend import EtcdBackend
 from highlander._shell.etcd_opened import Opened
 from highlander._shell.handover import hear
 from highlander._shell.wire import send_message
@@ -73,9 +73,8 @@ async def conclude(
         committed = _committed(backend, opened)
         if committed is None:
             return await fence(backend, opened, greeting.waiter, saved.handoff, saved=True)
-        # It moved the key to us (the commit) but has not ended its stream: it may
-        # not know yet (a loaded host, a slow member).  We begin once it let go.
-        return await _begin(backend, opened, greeting.waiter, committed, saved.handoff)
+        # It moved the key to us (the commit), and stopped acting before it did.
+        return _hold(backend, committed, saved.handoff)
     if answer is Answer.REFUSED:
         return None
     # The mark shows the key as the move left it.  Nobody may fence the reign
@@ -92,7 +91,7 @@ async def conclude(
     if verdict is Verdict.COMMIT:
         assert held is not None
         # The end we heard may be our side's (a watch that failed), not its lease's.
-        return await _begin(backend, opened, greeting.waiter, held, saved.handoff)
+        return _hold(backend, held, saved.handoff)
     if verdict is Verdict.CLAIM:
         return _claim(backend, saved.handoff, opened.holder, opened.holder.generation)
     settings.events.emit(Event.HANDOVER_ABORTED, peer_pid=greeting.peer.pid, reason=key.name)
@@ -172,38 +171,6 @@ def _hold(
     # After SAVED a succession, whatever the save returned; a fenced holder gave nothing.
     outcome = Outcome.CLAIMED_STALE if fenced else Outcome.SUCCEEDED
     return backend.reign(held, outcome, handoff)
-
-
-async def _begin(
-    backend: EtcdBackend,
-    opened: Opened,
-    waiter: Waiter,
-    held: Held,
-    handoff: dict[str, Any] | None,
-) -> Reign | None:
-    """Hold ``held``, the key the incumbent moved to us, once it let go (:func:`outlast`).
-
-    A wait that took time (an incumbent slow to learn of its move, or
-    stopped: up to two of its TTLs) may have outlived our reign in etcd
-    (chaos-etcd seed 2, ``etcd_end_reign``): a read then decides again.  A
-    free key is claimed with the handoff; a taken one ends the succession.
-    """
-    began = waiter.now()
-    await outlast(backend, opened, waiter)
-    if waiter.now() - began < POLL:
-        return _hold(backend, held, handoff)  # it had let go already: no time passed
-    try:
-        key, kv = _read(backend, opened, _kept(backend, opened))
-    except EtcdError:
-        return _hold(backend, held, handoff)  # nothing known: our lease's bound decides
-    if key is Key.OURS and kv is not None and kv.mod_revision == held.token:
-        return _hold(backend, held, handoff)
-    if kv is None:  # our reign (the move's, counted) ended before it began
-        return _claim(backend, handoff, opened.holder, opened.holder.generation + 1)
-    backend.settings.events.emit(
-        Event.HANDOVER_ABORTED, peer_pid=opened.holder.pid, reason=f"{key.name} after the wait"
-    )
-    return None
 
 
 #: ``handover_aborted``'s reason when the handoff a claim would carry is older than a reign.
@@ -292,7 +259,7 @@ async def fence(
         if committed is not None:
             with contextlib.suppress(EtcdError):
                 session.call(keeper.revoke)
-            return await _begin(backend, opened, waiter, committed, handoff)
+            return _hold(backend, committed, handoff)
     verdict = rules.after_fence(found)
     if verdict is Verdict.COMMIT and kv is not None:
         held = Held(kv.mod_revision, lease, kv.value)

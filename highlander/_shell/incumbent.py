@@ -39,7 +39,7 @@ from highlander._host.tasks import Closed
 from highlander._shell.admission import hello as greeting
 from highlander._shell.admission import other_app, policy, status_reply
 from highlander._shell.backend import LOCAL
-from highlander._shell.saving import SaveFlight, Stopped, SuccessorLeft, describe_failure
+from highlander._shell.saving import SaveFlight, Stopped, SuccessorLeft, describe_failure, joined
 from highlander._shell.serving_guard import ServingFailed, ServingGuard, Slot, describe, step_down
 from highlander._shell.sessions import Sessions, answer_attach
 from highlander._shell.watch import watch_parent
@@ -83,6 +83,8 @@ class Incumbent:
         self.ended = threading.Event()
         #: The lock and listener are out with a successor that has not confirmed yet.
         self.handed_over = False
+        #: From the commit on (a timely ACK): this reign no longer acts as holder.
+        self.letting_go = False
         self._successor: PeerCredentials | None = None
         self._successor_start = 0
         #: Deposed predecessors, until they have left (:mod:`highlander._shell.predecessor`).
@@ -305,7 +307,9 @@ class Incumbent:
         try:
             local = self.backend.sees(sock)  # a newcomer on this kernel: stopped is visible
             stopped = Stopped(peer.pid, self.settings.timeouts.stall) if local else None
-            handoff = await self._save().follow(sock, conn, stopped)
+            assert self._tg is not None
+            flight = self._flight = joined(self._flight, self.on_save, self.runtime, self._tg)
+            handoff = await flight.follow(sock, conn, stopped)
             saved = Saved(handoff=handoff, generation=self.reign.record.generation)
         except SuccessorLeft as left:  # not our successor any more: the next SAVE joins the run
             events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="save", reason=left.reason)
@@ -352,41 +356,34 @@ class Incumbent:
             self.handed_over = False
             events.emit(Event.TIMEOUT, peer_pid=peer.pid, phase="ack", reason="successor left")
             return
-        if succeed and not await self.backend.commit(self, sock):
-            self.handed_over = False  # nothing moved (or the reign ended another way)
-            return
         outcome = Outcome.DEPOSED if succeed else Outcome.STOPPED
-        await self._step_down(sock, outcome, peer, started)
+        self._let_go(outcome, peer, started)  # a commit that raises leaves it let go
+        if succeed and not await self.backend.commit(self, sock):
+            # Nothing moved: this reign acts again, unless it ended another way.
+            self.handed_over = self.letting_go = False
+            if self.outcome is None:
+                generation = self.reign.record.generation
+                events.emit(Event.RESUMED, peer_pid=peer.pid, generation=generation)
+            return
+        await self._step_down(sock, outcome)
 
     def _ms_since(self, started: float) -> int:
         return int((self.runtime.now() - started) * 1000)
 
-    def _save(self) -> SaveFlight:
-        """The running save, or a new one: never two at once.
-
-        A newcomer may have died mid-save; its save runs on, and the next
-        request follows it.
-        """
-        flight = self._flight
-        if flight is None or not flight.running:
-            assert self._tg is not None
-            flight = self._flight = SaveFlight(self.on_save, self.runtime)
-            flight.start(self._tg)
-        return flight
-
-    async def _step_down(
-        self, sock: socket.socket, outcome: Outcome, peer: PeerCredentials, started: float
-    ) -> None:
-        self.outcome = outcome
-        events = self.settings.events
+    def _let_go(self, outcome: Outcome, peer: PeerCredentials, started: float) -> None:
+        # From the commit on this reign does not act (check_current() fails,
+        # is_holder is false), and says so first: over etcd the move may apply at
+        # any moment, and the successor holds as soon as its watch shows it.
+        self.letting_go = True
+        events, generation = self.settings.events, self.reign.record.generation
         events.emit(Event.ACKED, peer_pid=peer.pid, duration_ms=self._ms_since(started))
+        events.emit(Event.RELINQUISHED, peer_pid=peer.pid, outcome=outcome, generation=generation)
+
+    async def _step_down(self, sock: socket.socket, outcome: Outcome) -> None:
+        self.outcome = outcome
         # A successor has its own copies of the lock and listener: closing ours
         # frees nothing.  After a plain stop nobody does, so the socket goes too.
         self.close_listener(unlink=outcome is Outcome.STOPPED)
-        # Logged before the lock goes: over etcd, letting go of it (the lease) is
-        # what ends the stream, and the successor may begin at once.
-        generation = self.reign.record.generation
-        events.emit(Event.RELINQUISHED, peer_pid=peer.pid, outcome=outcome, generation=generation)
         self.reign.lock.release()
         # The end of the stream is the commit's answer: with our lock file closed
         # (the kernel shows it), the successor may begin now, not after our

@@ -53,6 +53,14 @@ if TYPE_CHECKING:
     SaveHook: TypeAlias = Callable[[Progress], Any]
 
 
+#: A save that ends within this many seconds of its request is answered by SAVED
+#: alone, without the PROGRESS "saving" that tells a newcomer a longer one began:
+#: over etcd each frame is a write through raft in series before SAVED (about a
+#: quarter of a trivial succession's handover, docs/performance.md), and no
+#: newcomer's deadline is near that short (its stall allowance is seconds).
+QUIET_SAVE = 0.02
+
+
 class SuccessorLeft(Exception):  # noqa: N818 - an event, not a failure of ours
     """The newcomer a save was for ended its conversation before SAVED (or was let go).
 
@@ -145,11 +153,14 @@ class SaveFlight:
     ) -> dict[str, Any] | None:
         """Send this run's progress as PROGRESS frames until it ends; return its handoff.
 
+        A run that ends within :data:`QUIET_SAVE` sends none: SAVED follows SAVE.
+
         Raises the hook's exception if it failed, :class:`SuccessorLeft` if the
         newcomer left (or, watched by ``stopped``, stayed stopped too long).
         """
         runtime = self.runtime
-        await send_message(sock, conn, ProgressReport(counter=0, note="saving"), runtime)
+        if not await self._ends_within(QUIET_SAVE):
+            await send_message(sock, conn, ProgressReport(counter=0, note="saving"), runtime)
         left: list[SuccessorLeft] = []
         leaving = runtime.flag()
         failure: Exception | None = None
@@ -165,6 +176,21 @@ class SaveFlight:
         if self.error is not None:
             raise self.error
         return self.handoff
+
+    async def _ends_within(self, seconds: float) -> bool:
+        """Whether the run ends within ``seconds`` (sooner if the hook reports progress)."""
+        if not self.running:
+            return True
+        wake = self.runtime.flag()
+        self._wakes.append(wake)
+        try:
+            async with self.runtime.group() as tasks:
+                tasks.spawn(_ring, self.runtime, wake, seconds)
+                await wake.wait()
+                tasks.cancel()
+        finally:
+            self._wakes.remove(wake)
+        return not self.running
 
     async def _pump(
         self, sock: socket.socket, conn: Connection, leaving: Flag, left: list[SuccessorLeft]
@@ -227,6 +253,25 @@ class SaveFlight:
             break
         leaving.set()
         self._wake_all()
+
+
+def joined(
+    flight: SaveFlight | None, hook: SaveHook | None, runtime: Runtime, group: TaskGroup
+) -> SaveFlight:
+    """``flight`` while it runs, or a new run started in ``group``: never two at once.
+
+    A newcomer may have died mid-save; its save runs on, and the next request
+    follows it.
+    """
+    if flight is None or not flight.running:
+        flight = SaveFlight(hook, runtime)
+        flight.start(group)
+    return flight
+
+
+async def _ring(waiter: Runtime, wake: Flag, seconds: float) -> None:
+    await waiter.sleep(seconds)
+    wake.set()
 
 
 #: Frames of a failed hook's traceback kept on stderr (the innermost ones).

@@ -189,11 +189,19 @@ def _saved(
 def _relinquished(
     who: Who, events: list[dict[str, Any]], clock: list[tuple[float, int]], found: Findings
 ) -> None:
-    """When each reign's library let go of the lock (its first ``relinquished`` event)."""
+    """When each reign's library let go of the lock (its first ``relinquished`` event).
+
+    A ``resumed`` after it (etcd: the commit did not apply) takes it back: the
+    reign went on, and its next ``relinquished`` ends it.
+    """
     reign_of = {id(r.proc): r for r in found.reigns if r.proc is not None}
-    for e in (e for e in events if e["event"] == "relinquished"):
+    for e in (e for e in events if e["event"] in ("relinquished", "resumed")):
         reign = reign_of.get(id(who.at_wall(e["pid"], e["ts"])))
-        if reign is not None and reign.relinquished_ns is None:
+        if reign is None:
+            continue
+        if e["event"] == "resumed":
+            reign.relinquished_ns = None
+        elif reign.relinquished_ns is None:
             reign.relinquished_ns = to_monotonic(e["ts"], clock)
 
 
@@ -258,7 +266,7 @@ def _signals(who: Who, events: list[dict[str, Any]], found: Findings, taken: cur
     fair_terms: set[tuple[int, int]] = set()
     for e in events:
         kind = e["event"]
-        if kind in ("claimed", "acked", "relinquished"):
+        if kind in ("claimed", "acked", "relinquished", "resumed"):
             line.see(e)
             continue
         if kind not in ("terminated", "killed"):

@@ -250,8 +250,13 @@ def _stepped_down(
     end_ns: int | None,
     final: Proc | None,
 ) -> None:
-    acked = {id(who.at_wall(e["pid"], e["ts"])) for e in events if e["event"] == "acked"}
-    let_go = {id(who.at_wall(e["pid"], e["ts"])) for e in events if e["event"] == "relinquished"}
+    # A holder's last word decides: ``resumed`` (its commit did not apply) undoes an ACK.
+    last: dict[int, str] = {}
+    for e in events:
+        if e["event"] in ("acked", "relinquished", "resumed"):
+            last[id(who.at_wall(e["pid"], e["ts"]))] = e["event"]
+    acked = {p for p, said in last.items() if said != "resumed"}
+    let_go = {p for p, said in last.items() if said == "relinquished"}
     end = end_ns if end_ns is not None else float("inf")
     for reign in found.reigns:
         p = reign.proc

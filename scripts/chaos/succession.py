@@ -48,12 +48,19 @@ class Succession:
         return None
 
     def see(self, e: dict[str, Any]) -> None:
-        """Follow one ``claimed``, ``acked`` or ``relinquished`` event."""
+        """Follow one ``claimed``, ``acked``, ``relinquished`` or ``resumed`` event."""
         kind = e["event"]
         if kind == "relinquished":
             proc = self.who.at_wall(e["pid"], e["ts"])
             if proc is not None:
                 self.let_go.add(id(proc))
+            return
+        if kind == "resumed":  # (etcd) its commit did not apply: it is the incumbent again
+            proc = self.who.at_wall(e["pid"], e["ts"])
+            if proc is not None:
+                self.relinquished.discard(id(proc))
+                self.let_go.discard(id(proc))
+                self.previous, self.incumbent = None, proc
             return
         pid = e["pid"] if kind == "claimed" else e.get("peer_pid", -1)
         proc = self.who.at_wall(pid, e["ts"])

@@ -187,7 +187,9 @@ async def test_a_peer_whose_lease_ends_is_an_eof(etcd: Cluster) -> None:
         assert await _bridged_read(newcomer) == b"part of a frame"
 
 
-async def test_the_incumbents_moved_key_is_noted_not_read_as_a_chunk(etcd: Cluster) -> None:
+async def test_the_incumbents_moved_key_is_noted_and_ends_its_stream(etcd: Cluster) -> None:
+    # The commit applied: the newcomer holds from here, without waiting for the
+    # incumbent's fin or its lease's end (nothing of neither is written here).
     root = _root()
     async with Client(parse(etcd.backend, {})) as client:
         newcomer, holder = await _pair(client, root, _channel_key(), _channel_key())
@@ -197,7 +199,7 @@ async def test_the_incumbents_moved_key_is_noted_not_read_as_a_chunk(etcd: Clust
         value, lease = api.b64(b"the new reign"), str(holder.lease)
         put = {"key": api.b64(moved), "value": value, "lease": lease}
         revision = api.header(await client.call("/v3/kv/put", put)).revision
-        await holder.finish()
+        await holder.send(b"never read: the stream ended at the move")
         assert await _bridged_read(newcomer) == b"SAVED stand-in"
         assert newcomer.moved is not None
         assert (newcomer.moved.value, newcomer.moved.mod_revision) == (b"the new reign", revision)

@@ -16,6 +16,9 @@
   late (a loaded host, a member slow to answer), must not begin before that
   incumbent let go: in run E three reigns began 42 to 655 ms before their
   predecessor logged ``relinquished`` (double holders by the event log).
+  The newcomer then waited for the incumbent to hear etcd's answer; since
+  2026-12-07 the incumbent lets go before it sends the move, and the
+  newcomer begins at the move without waiting.
 * A move that lands on the newcomer's lease after the newcomer gave up on
   that conversation (it missed the end of the stream and read the key just
   before the move applied) must still hand the state over: its next claim
@@ -183,17 +186,23 @@ def test_a_save_that_advances_forever_is_fenced_at_the_ceiling(
     assert claimed, "the newcomer never held"
 
 
-def test_a_newcomer_begins_only_after_an_incumbent_slow_to_learn_its_move_let_go(
+#: How late the incumbent hears etcd's answer to its move (its lease kept alive meanwhile).
+LATE_ANSWER = 6.0
+
+
+def test_a_newcomer_begins_at_the_move_which_its_slow_incumbent_let_go_before(
     kids: Children, etcd: Cluster
 ) -> None:
     # The incumbent hears etcd's answer to its move 6 s late (its lease kept
     # alive meanwhile): longer than the newcomer's exit deadline twice over.
+    # It said `relinquished` before it sent the move; the newcomer holds at the
+    # move, while the incumbent is still waiting for etcd's answer.
     project = f"example.com/tests/{uuid.uuid4().hex}"
 
     def start(host: str, **cfg: Any) -> Child:
         return _start(kids, etcd, project, host, timeouts=FAST, **cfg)
 
-    first = start("h1", after_move={"delay": 6.0})
+    first = start("h1", after_move={"delay": LATE_ANSWER})
     first.wait_for("ready")
     second = start("h2")
     ready = second.wait_for("ready", timeout=SETTLE)
@@ -204,3 +213,5 @@ def test_a_newcomer_begins_only_after_an_incumbent_slow_to_learn_its_move_let_go
     began = [e["ts"] for e in kids.events("claimed") if e["pid"] == second.pid]
     assert let_go and began, kids.events()
     assert let_go[0] <= began[0], f"the newcomer began {let_go[0] - began[0]:.3f} s early"
+    learned = first.wait_for("moved", timeout=SETTLE)["at"] + LATE_ANSWER
+    assert began[0] < learned, f"the newcomer began {began[0] - learned:.3f} s after it learned"

@@ -5,7 +5,7 @@ to answer would, while the session's lease stays renewed (the keeper runs on
 the session's own loop thread): nothing of etcd or the kernel is replaced.
 
 * ``after_move`` ``{"delay": s}``: as an incumbent, learn ``s`` late that its
-  move applied;
+  move applied (``moved`` reports when etcd answered, ``at``: its wall clock);
 * ``before_move`` ``{"delay": s}``: as an incumbent, say ``moving`` after a
   timely ACK and move ``s`` later (what etcd becomes meanwhile is the test's);
 * ``slow_begin`` ``{"delay": s}``: as a successor, begin ``s`` after it learned
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -39,7 +40,7 @@ def _slow_after_move(delay: float, report: Callable[..., None]) -> None:
 
     async def slow_moves(client: Any, *args: Any, **kwargs: Any) -> Any:
         then = await moves(client, *args, **kwargs)
-        report(event="moved", then=str(then))
+        report(event="moved", then=str(then), at=time.time())
         # On the session's own loop (not anyio's): its sleep.
         await client.runtime.sleep(delay)
         return then
@@ -63,11 +64,11 @@ def _slow_before_move(delay: float, report: Callable[..., None]) -> None:
 
 def _slow_begin(delay: float, report: Callable[..., None]) -> None:
     module = importlib.import_module("highlander._shell.etcd_takeover")
-    outlast = module.outlast
+    hold = module._hold
 
-    async def slow_outlast(backend: Any, opened: Any, waiter: Any) -> None:
-        await outlast(backend, opened, waiter)
+    def slow_hold(backend: Any, *args: Any, **kwargs: Any) -> Any:
         report(event="move_seen")
-        await waiter.sleep(delay)  # the conversation's waiter: the keeper renews meanwhile
+        time.sleep(delay)  # this thread only: the session's thread renews the lease meanwhile
+        return hold(backend, *args, **kwargs)
 
-    module.outlast = slow_outlast
+    module._hold = slow_hold
