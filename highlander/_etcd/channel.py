@@ -68,11 +68,6 @@ class Channel:
         self._sent = 0
         #: How many of the other side's chunks were read (its next key's number).
         self.received = 0
-        #: The lease the other side's keys ride on (0 until one is read): its reign's
-        #: own, which it lets go only after it says ``relinquished``.
-        self.peer_lease = 0
-        #: Whether the other side's keys were seen deleted: its lease ended.
-        self.peer_gone = False
         #: The incumbent's ``moved`` key, once its watch delivered it: the commit
         #: applied at that key's mod revision, with that value for the holder key.
         self.moved: api.KeyValue | None = None
@@ -163,9 +158,7 @@ class Channel:
             async for event in events:
                 leaf = event.kv.key[len(theirs) :]
                 if event.kind == "delete" or leaf == FIN:
-                    self.peer_gone = event.kind == "delete"
                     return  # its lease ended (it died, or was fenced), or it said so
-                self.peer_lease = event.kv.lease
                 if leaf == HERE:
                     continue
                 if leaf == MOVED:
