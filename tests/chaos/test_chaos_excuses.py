@@ -85,6 +85,29 @@ def test_a_reign_ends_at_its_relinquished_event_not_at_a_late_line() -> None:
     assert len(found.double_holders) == 1 and "overlap 50.000 ms" in found.double_holders[0]
 
 
+def test_a_resumed_reign_goes_on_after_its_relinquished() -> None:
+    """Over etcd a holder says ``relinquished`` before its move; a move that does not
+    apply gives its reign back (``resumed``), so a newer reign beside it overlaps."""
+    old = _proc(101, spawn=0, exit_=9 * SECOND, rc=0, ready={"counter": 1})
+    new = _proc(102, spawn=SECOND, exit_=9 * SECOND, rc=0, ready={"counter": 2})
+    events: list[dict[str, Any]] = [
+        _claimed(101, 1 * SECOND, 1, "claimed_free"),
+        _relinquished(101, int(1.5 * SECOND)),
+        {"ts": 1.55, "event": "resumed", "pid": 101, "generation": 1},
+        _claimed(102, int(1.6 * SECOND), 2, "claimed_stale"),
+    ]
+    witness = [
+        Witness("acquire", 101, 1, int(1.1 * SECOND)),
+        Witness("acquire", 102, 2, int(1.7 * SECOND)),
+        Witness("release", 101, 1, int(1.9 * SECOND)),
+    ]
+    found = judge([old, new], events, witness, [(0.0, 0)])
+    assert len(found.double_holders) == 1 and "overlap 200.000 ms" in found.double_holders[0]
+    # Without the resumed event the reign ended at its relinquished: no overlap.
+    found = judge([old, new], [e for e in events if e["event"] != "resumed"], witness, [(0.0, 0)])
+    assert found.double_holders == []
+
+
 def test_a_kill_at_the_ceiling_is_fair_only_once_the_save_ran_that_long() -> None:
     """Guarantee 6: never before the absolute ceiling. A starved saver is spared at
     ``stall``; at ``ceiling`` it is fair game, but only if its save really began then."""

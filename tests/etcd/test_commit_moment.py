@@ -39,7 +39,9 @@ def test_an_incumbent_does_not_act_while_its_move_is_in_flight(
         "h1", before_move={"delay": DELAY}, check_loop=0.02, check_witness=str(witness)
     )
     first.wait_for("ready")
+    deadline = time.monotonic() + SETTLE
     while not witness.exists() or not _lines(witness, first.pid):
+        assert time.monotonic() < deadline, "the holder's check loop never wrote"
         time.sleep(0.01)  # its check loop runs: a pass at least, soon
     second = hosts.start("h2")
     first.wait_for("moving", timeout=SETTLE)  # it accepted the ACK; the move is DELAY away

@@ -17,15 +17,23 @@ import pytest
 from tests.support.proctools import Children, assert_no_overlap
 
 
-def _kids(tmp_path: Path, witness: list[str], relinquished_ns: dict[int, int]) -> Children:
+def _kids(
+    tmp_path: Path,
+    witness: list[str],
+    relinquished_ns: dict[int, int],
+    resumed_ns: dict[int, int] | None = None,
+) -> Children:
     kids = Children(tmp_path)
     kids.runtime.mkdir()
     kids.witness.write_text("".join(line + "\n" for line in witness))
     offset = time.time_ns() - time.monotonic_ns()
+    said = [("relinquished", relinquished_ns), ("resumed", resumed_ns or {})]
     lines = [
-        {"ts": (at + offset) / 1e9, "event": "relinquished", "pid": pid, "generation": gen}
-        for gen, (pid, at) in enumerate(relinquished_ns.items(), start=1)
+        {"ts": (at + offset) / 1e9, "event": event, "pid": pid, "generation": pid - 9}
+        for event, when in said
+        for pid, at in when.items()
     ]
+    lines.sort(key=lambda e: e["ts"])
     (kids.runtime / "app.events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
     return kids
 
@@ -65,5 +73,15 @@ def test_without_an_event_the_release_line_ends_the_reign(tmp_path: Path) -> Non
     base = time.monotonic_ns()
     witness = _pid_10_then_11(base)
     kids = _kids(tmp_path, witness, {})
+    with pytest.raises(AssertionError, match="two holders at once"):
+        assert_no_overlap(kids.reigns())
+
+
+def test_a_relinquished_taken_back_by_resumed_does_not_end_the_reign(tmp_path: Path) -> None:
+    # Over etcd: pid 10 let go for its move at +5 ms, the move did not apply, and it
+    # held again at +5.5 ms; pid 11's acquire at +6 ms is then two holders.
+    base = time.monotonic_ns()
+    witness = _pid_10_then_11(base)
+    kids = _kids(tmp_path, witness, {10: base + 5 * MS}, {10: base + 5 * MS + MS // 2})
     with pytest.raises(AssertionError, match="two holders at once"):
         assert_no_overlap(kids.reigns())

@@ -168,14 +168,18 @@ class Children:
         event on, ``is_holder`` and ``check_current()`` say no, and a
         committed holder runs ``on_deposed`` only after its successor may
         hold.  A real overlap still shows: a ``relinquished`` after the
-        successor's acquire line.
+        successor's acquire line.  A ``resumed`` (over etcd, a commit that
+        did not apply) takes its reign's ``relinquished`` back.
         """
         # Event timestamps are wall-clock seconds; the witness lines are monotonic.
         offset = time.time_ns() - time.monotonic_ns()
-        let_go = {
-            (e["pid"], e["generation"]): int(e["ts"] * 1e9) - offset
-            for e in reversed(self.events("relinquished"))
-        }
+        let_go: dict[tuple[int, int], int] = {}
+        for e in self.events():
+            key = (e["pid"], e.get("generation", -1))
+            if e["event"] == "resumed":  # (etcd) its commit did not apply: the reign went on
+                let_go.pop(key, None)
+            elif e["event"] == "relinquished":
+                let_go.setdefault(key, int(e["ts"] * 1e9) - offset)
         opened: dict[int, tuple[int, int]] = {}
         intervals = []
         for line in self.witness.read_text().splitlines():
