@@ -55,9 +55,9 @@ if TYPE_CHECKING:
 
 #: A save that ends within this many seconds of its request is answered by SAVED
 #: alone, without the PROGRESS "saving" that tells a newcomer a longer one began:
-#: over etcd each frame is a write through raft in series before SAVED (about a
-#: quarter of a trivial succession's handover, docs/performance.md), and no
-#: newcomer's deadline is near that short (its stall allowance is seconds).
+#: over etcd each frame is a write through raft, and SAVED waited for this one's
+#: answer (one write fewer; no gain the bench could show alone, docs/performance.md).
+#: No newcomer's deadline is near that short (its stall allowance is seconds).
 QUIET_SAVE = 0.02
 
 
