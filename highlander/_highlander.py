@@ -19,8 +19,7 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 
-from highlander._core.errors import Deposed, HighlanderError
-from highlander._ending import COMMITTING, ending
+from highlander._core.errors import HighlanderError
 from highlander._host.claim import Reign
 from highlander._host.event_log import Event, Outcome
 from highlander._host.log import flush
@@ -28,6 +27,7 @@ from highlander._host.modes import Mode, ThrashPolicy
 from highlander._host.record import HolderRecord
 from highlander._host.settings import Options, Settings, checked_timeout
 from highlander._host.threads import hold, start_daemon
+from highlander._reign_api import ReignApi
 from highlander._sharing_api import SharingApi
 from highlander._shell import one_claim
 from highlander._shell.claiming import claim
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from highlander._shell.seam import Backend
 
 
-class Highlander(SharingApi):
+class Highlander(ReignApi, SharingApi):
     """One process's claim on a project: holder, or (OBSERVE/WARN) a duplicate.
 
     Keyword options: ``app`` (default: the program's name), ``project``
@@ -250,66 +250,10 @@ class Highlander(SharingApi):
     # -- state ------------------------------------------------------------------
 
     @property
-    def is_holder(self) -> bool:
-        """Whether this process holds the project right now (never in a forked child)."""
-        reign, incumbent = self._reign, self._incumbent
-        ended = self._deposed.is_set() or self._released
-        going = incumbent is not None and incumbent.letting_go  # its commit is on the way
-        return reign is not None and reign.lock.held and not (ended or going)
-
-    @property
-    def fencing(self) -> tuple[str | None, int]:
-        """``(key, token)`` that fence this reign's own writes; ``(None, 0)`` when not holding.
-
-        On etcd: the holder key's name and its mod revision; guard a write
-        with ``compare mod_revision(key) == token`` (docs/etcd.md).  On one
-        machine: ``(None, generation)``, for your own records.
-        """
-        if self._reign is None or self._backend is None:
-            return None, 0
-        return self._backend.fencing(self._reign)
-
-    @property
     def mode(self) -> Mode:
         """The mode in effect."""
         assert self.settings is not None, "acquire() first"
         return self.settings.mode
-
-    def check_current(self) -> None:
-        """Raise :class:`Deposed` unless this process can prove it still holds the project.
-
-        Call it before a critical write.  It fails closed: it passes only if
-        this process (not a fork of it) still has the locked descriptor, the
-        lock file at the rendezvous path is that same file (not deleted, not
-        replaced, its directory not wiped), and the record on disk is
-        readable and names this pid and generation (fencing); over etcd, if
-        etcd still records this reign.  Never while a handover this holder
-        accepted commits (from its ``relinquished`` event on).
-        """
-        reign = self._reign
-        if reign is None:
-            raise Deposed(
-                "this process never held the project: it runs as a duplicate "
-                f"({self.outcome.value if self.outcome else 'not acquired'})"
-            )
-        # The serving side sets its outcome before it lets go of the lock, and
-        # calls on_deposed after: between the two, the outcome says why.
-        self._raise_if_ended()
-        assert self.settings is not None and self._backend is not None
-        why = self._backend.unproven(reign, self.settings, self.generation)
-        if why is not None:
-            self._raise_if_ended()  # the reign ended during the check: say how
-            raise Deposed(why)
-
-    def _raise_if_ended(self) -> None:
-        incumbent = self._incumbent
-        stepped = incumbent.outcome if incumbent is not None else None
-        if self._deposed.is_set() or self._released or stepped is not None:
-            raise Deposed(
-                f"generation {self.generation} ended: {ending(self._ended_as or stepped)}"
-            )
-        if incumbent is not None and incumbent.letting_go:
-            raise Deposed(f"generation {self.generation} is committing a handover: {COMMITTING}")
 
     def release(self) -> None:
         """Give the project up cleanly; idempotent, also runs at interpreter exit.
