@@ -85,8 +85,8 @@ def judge(
     found.fork_hook_races = sum(p.fork_hook_races() for p in procs if p.role == "child")
     t0 = clock[0][1]
     found.healthy_signalled, found.fair_signals = counters.healthy_signals(who, events, clock)
-    found.wedged, *longest = counters.wedged(procs, end_ns, t0, wedge_bound)
-    found.longest_wait = (longest[0], longest[1])
+    found.wedged, waited, waiter = counters.wedged(procs, end_ns, t0, wedge_bound)
+    found.longest_wait = (waited, waiter)
     found.saves = sum(line.what == "start" for line in saves or [])
     found.concurrent_saves = counters.concurrent_saves(who, saves or [], t0)
     found.simultaneous, found.checks = current.simultaneous_passes(who, checks or [], t0)
@@ -113,20 +113,20 @@ def _reigns(
             else:
                 by_proc[id(proc)] = reign
     for e in (e for e in events if e["event"] in ("acked", "lost_rendezvous")):
-        reign = by_proc.get(id(who.at_wall(e["pid"], e["ts"])))
-        if reign is not None and e["event"] == "lost_rendezvous":
-            reign.lost = True
-        elif reign is not None:
-            reign.successor = who.at_wall(e.get("peer_pid", -1), e["ts"])
+        ended = by_proc.get(id(who.at_wall(e["pid"], e["ts"])))
+        if ended is not None and e["event"] == "lost_rendezvous":
+            ended.lost = True
+        elif ended is not None:
+            ended.successor = who.at_wall(e.get("peer_pid", -1), e["ts"])
     for line in witness:
         proc = who.at_ns(line.pid, line.ns)
-        reign = by_proc.get(id(proc)) if proc is not None else None
-        if reign is None:
+        witnessed = by_proc.get(id(proc)) if proc is not None else None
+        if witnessed is None:
             found.anomalies.append(f"witness {line.what} by pid {line.pid} without a claim")
         elif line.what == "acquire":
-            reign.acquire_ns = line.ns
+            witnessed.acquire_ns = line.ns
         else:
-            reign.release_ns = line.ns
+            witnessed.release_ns = line.ns
     return reigns
 
 

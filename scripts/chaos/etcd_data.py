@@ -25,18 +25,32 @@ that reached its quota raises it.  etcd then takes no writes but keepalives:
 a holder keeps its reign (no ``lease_lost`` is excused for it), a newcomer
 refuses with the fix in its message, and an incumbent whose move etcd
 refuses keeps the project.  Nothing may be lost.
+
+**etcd full at an incumbent's move** (``etcd_full_at_move``): ``etcd_full``
+aimed at the milliseconds between an incumbent's accepting a timely ACK and
+its move, which a drawn ``etcd_full`` almost never meets.  The step starts a
+newcomer that, once it holds and is itself succeeded, stops itself right
+before its move (``before_move``: it has let go and logged ``relinquished``
+already); the harness raises the alarm and resumes it, so etcd refuses the
+move and the incumbent takes its reign back (``resumed``); the alarm is
+disarmed ``full_s`` seconds later (not a step: the moment comes when it
+comes).  The newcomer that sent the ACK refuses with the fix, or, if the
+alarm is gone before it gives up on the silent incumbent, fences it.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import signal
 import time
 import urllib.error
 from collections import Counter
 from collections.abc import Callable
 
 from highlander._etcd import api
+from highlander._host.identity import is_halted
+from scripts.chaos.process import Proc
 from scripts.chaos.schedule import Step
 from tests.support.etcd_cluster import Cluster, Member, post
 
@@ -100,7 +114,9 @@ def nospace(cluster: Cluster, *, on: bool) -> str | None:
 
 
 #: The step kinds :class:`DataFaults` carries out.
-DATA_FAULTS = frozenset({"etcd_end_reign", "etcd_compact", "etcd_full", "etcd_unfull"})
+DATA_FAULTS = frozenset(
+    {"etcd_end_reign", "etcd_compact", "etcd_full", "etcd_unfull", "etcd_full_at_move"}
+)
 
 
 class DataFaults:
@@ -113,8 +129,15 @@ class DataFaults:
     losses: list[tuple[int, int, str]]
     member_faults: dict[int, tuple[str, Member]]
     poll: Callable[[], None]  # the runner's: read what the children reported
+    start: Callable[..., Proc]  # the runner's: a child on its drawn host
+    _signal: Callable[..., None]  # the runner's: a counted signal to a child
+    log: list[tuple[int, str, str, int]]
     #: The step whose NOSPACE alarm is raised now (``etcd_full``), if one is.
     full_since: int | None = None
+    #: Step index -> the child of ``etcd_full_at_move`` not stopped at a move yet.
+    at_move: dict[int, Proc]
+    #: Step index -> when (monotonic) the alarm raised at its child's move is disarmed.
+    unfill_at: dict[int, float]
 
     def data_fault(self, step: Step) -> str:
         """Carry out ``step`` (a kind in :data:`DATA_FAULTS`); what was done."""
@@ -124,6 +147,10 @@ class DataFaults:
             return self.compact(step)
         if step.kind == "etcd_full":
             return self.fill(step)
+        if step.kind == "etcd_full_at_move":
+            proc = self.start(step.index, step.params)
+            self.at_move[step.index] = proc
+            return f"started pid {proc.pid} (etcd fills at its move as incumbent)"
         return self.unfill(step.params["origin"])
 
     def end_reign(self, step: Step) -> str:
@@ -171,3 +198,28 @@ class DataFaults:
             return "no member answered (the settling disarms it)"
         self.full_since = None
         return note
+
+    def full_at_move(self) -> None:
+        """An ``etcd_full_at_move`` child stopped itself before its move: raise the alarm
+        (unless :meth:`fill` may not now), resume it; disarm each alarm when it is due."""
+        now = time.monotonic()
+        for index, due in list(self.unfill_at.items()):
+            if now >= due:
+                del self.unfill_at[index]
+                note = self.unfill(index)
+                self.log.append((index, "etcd_full_at_move", note, time.monotonic_ns()))
+        for index, proc in list(self.at_move.items()):
+            if not proc.alive:
+                del self.at_move[index]
+                continue
+            if proc.move_stop_ns is None or not is_halted(proc.pid):
+                continue  # not at a move yet, or said so but not stopped yet
+            del self.at_move[index]
+            if not proc.stopped:
+                continue  # resumed already (the settling)
+            note = self.fill(Step(index, "etcd_full_at_move", {}, 0.0, ()))
+            if self.full_since == index:
+                self.harness["etcd full at an incumbent's move"] += 1
+                self.unfill_at[index] = now + float((proc.cfg or {}).get("full_s", 2.0))
+            self.log.append((index, "etcd_full_at_move", note, time.monotonic_ns()))
+            self._signal(proc, signal.SIGCONT, counted="SIGCONT (incumbent at its move)")

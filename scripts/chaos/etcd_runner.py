@@ -27,7 +27,8 @@ from highlander._host.identity import is_halted
 from scripts.chaos.etcd_data import DATA_FAULTS, DataFaults
 from scripts.chaos.etcd_schedule import MEMBER_FAULTS, child_params
 from scripts.chaos.log import EventTail
-from scripts.chaos.procs import Lab, Proc
+from scripts.chaos.process import Proc
+from scripts.chaos.procs import Lab
 from scripts.chaos.runner import Runner
 from scripts.chaos.schedule import Step
 from tests.support.etcd_cluster import Cluster, Member, post
@@ -50,7 +51,7 @@ def read_holder(cluster: Cluster, key: bytes) -> tuple[bool, HolderValue | None]
     ``(True, value)``: a member answered (``value`` is ``None`` when nobody holds);
     ``(False, None)``: none did.
     """
-    body = {"key": base64.b64encode(key).decode()}
+    body: dict[str, object] = {"key": base64.b64encode(key).decode()}
     for endpoint in cluster.endpoints:
         with contextlib.suppress(OSError, urllib.error.URLError, ValueError):
             answer = post(endpoint, "/v3/kv/range", body)
@@ -121,6 +122,8 @@ class EtcdRunner(DataFaults, Runner):
         self.at_commit: dict[int, Proc] = {}
         #: Step index -> when (monotonic) the leader it stopped at an ACK is resumed.
         self.thaw_at: dict[int, float] = {}
+        self.at_move: dict[int, Proc] = {}
+        self.unfill_at: dict[int, float] = {}
         #: (began, ended, what) of every member fault (ended: INF-like -1 while on).
         self.fault_spans: list[tuple[int, int, str]] = []
         self.checks = Checks(lab.checks)
@@ -174,7 +177,8 @@ class EtcdRunner(DataFaults, Runner):
     def meanwhile(self) -> bool:
         """A newcomer of ``etcd_stop_at_commit`` stopped itself before its ACK: stop the
         leader, then resume it, so the incumbent's move meets a cluster without a leader;
-        the leader is resumed ``freeze_s`` later."""
+        the leader is resumed ``freeze_s`` later.  And ``etcd_full_at_move``'s moment."""
+        self.full_at_move()
         now = time.monotonic()
         for index, due in list(self.thaw_at.items()):
             if now >= due:

@@ -20,7 +20,10 @@ scripts/chaos/etcd_data.py), after which it must step down by itself; and
 the cluster's history compacted (``etcd_compact``), after which every watch
 that resumes must list and watch again, losing nothing; and etcd full
 (``etcd_full``: its NOSPACE alarm for 1 to 4 steps, never while a member is
-down, whose restart waits for a health the alarm denies).
+down, whose restart waits for a health the alarm denies), also aimed at the
+moment between an incumbent's accepting an ACK and its move
+(``etcd_full_at_move``: the incumbent stops itself there, the harness fills
+etcd and resumes it, so its move is refused and it takes its reign back).
 
 Every start draws the simulated host of its child (``HIGHLANDER_HOST_ID``)
 from :data:`HOSTS`, a storm one host per newcomer: three successions in four
@@ -97,6 +100,7 @@ WEIGHTS: dict[str, float] = {
     "etcd_end_reign": 1.5,
     "etcd_compact": 1.5,
     "etcd_full": 1.5,
+    "etcd_full_at_move": 1.5,
 }
 
 
@@ -134,6 +138,16 @@ def _stop_at_commit(rng: random.Random) -> dict[str, Any]:
     return local._newcomer(rng, before_ack={"stop": True, "once": True}, freeze_s=freeze)
 
 
+def _full_at_move(rng: random.Random) -> dict[str, Any]:
+    """A newcomer that, as an incumbent later, stops itself before its move, once.
+
+    ``full_s``: how long the alarm the harness raises then lasts, counted from
+    the raise (not a step: the child may be succeeded much later, or never).
+    """
+    full = round(rng.uniform(0.5, 4.0), 2)
+    return local._newcomer(rng, before_move={"stop": True, "once": True}, full_s=full)
+
+
 def _member_fault(rng: random.Random) -> dict[str, Any]:
     """``pick``: which follower (a fraction of the followers); ``after``: the undo's step."""
     return {"pick": round(rng.random(), 4), "after": rng.randint(1, 4)}
@@ -156,6 +170,7 @@ PARAMS: dict[str, Callable[[random.Random], dict[str, Any]]] = {
     "etcd_end_reign": lambda rng: {"how": rng.choice(HOW)},
     "etcd_compact": lambda rng: {},
     "etcd_full": lambda rng: {"after": rng.randint(1, 4)},
+    "etcd_full_at_move": _on_a_host(_full_at_move),
 }
 #: What the etcd schedule is drawn from.
 TABLES = Tables(WEIGHTS, PARAMS, {**MEMBER_FAULTS, "etcd_full": "etcd_unfull"})

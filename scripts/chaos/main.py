@@ -134,10 +134,10 @@ def run(
         status = runner.cli_status()
         lab.end_all()
         runner.poll()
-        events = tail.events()
+        logged = tail.events()
         found = judge(
             lab.procs,
-            events,
+            logged,
             read_witness(lab.kids.witness),
             lab.clock,
             saves=read_saves(lab.saves),
@@ -164,7 +164,7 @@ def run(
             notes=runner.notes,
             switched_files=files_under(root / "switched"),
             switched=switched,
-            fork_kills=claims_after_fork_kills(runner.fork_kills, events, lab.clock),
+            fork_kills=claims_after_fork_kills(runner.fork_kills, logged, lab.clock),
             project_log_events=len(project_log.lines),
             emitted_events=len(tail.lines),
         )
@@ -236,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.backend == "etcd" and args.etcd_ttl < 2:
         parser.error("--etcd-ttl: at least 2 (etcd's own minimum)")
     reports: list[Report] = []
+    report: Report
     for seed in args.seeds or [args.seed]:
         if args.backend == "etcd":
             from scripts.chaos.etcd_main import run_etcd  # noqa: PLC0415 (it imports this module)

@@ -55,6 +55,9 @@ class Proc:
     stopped: bool = False
     #: When the harness heard ``before_ack``: the child stops itself right after saying so.
     self_stop_ns: int | None = None
+    #: When (its own monotonic clock) an incumbent stopped itself before its move
+    #: (``before_move``, ``etcd_full_at_move``): stopped from then to the next SIGCONT.
+    move_stop_ns: int | None = None
     ready: dict[str, Any] | None = None
     ready_ns: int | None = None
     deposed: bool = False
@@ -97,7 +100,9 @@ class Proc:
         signal fatal later, so a reign is judged to last longer, never
         shorter).  A child that stopped itself (``before_ack``) had not
         acknowledged anything before, so its span starts at its spawn; it
-        ends at the first SIGCONT sent after the harness heard it.
+        ends at the first SIGCONT sent after the harness heard it.  An
+        incumbent that stopped itself before its move (``before_move``) says
+        when, on the same monotonic clock: its span starts there.
         """
         end = self.exit_ns if self.exit_ns is not None else INF
         spans: list[tuple[float, float]] = []
@@ -113,6 +118,9 @@ class Proc:
         if self.self_stop_ns is not None:
             resumed = self.resumed_after(self.self_stop_ns)
             spans.append((self.spawn_ns, end if resumed is None else resumed))
+        if self.move_stop_ns is not None:
+            resumed = self.resumed_after(self.move_stop_ns)
+            spans.append((self.move_stop_ns, end if resumed is None else resumed))
         return spans
 
     def stopped_at(self, ns: float) -> bool:
@@ -200,6 +208,7 @@ class Proc:
             "signals": self.signals,
             "starved": self.starved,
             "self_stop_ns": self.self_stop_ns,
+            "move_stop_ns": self.move_stop_ns,
             "ready": self.ready,
             "ready_ns": self.ready_ns,
             "deposed": self.deposed,

@@ -289,6 +289,9 @@ class Lab:
             elif report.get("event") == "before_ack":
                 # It stops itself (a real SIGSTOP) right after saying so.
                 proc.self_stop_ns, proc.stopped = time.monotonic_ns(), True
+            elif report.get("event") == "before_move":
+                # An incumbent that stops itself before its move (etcd_full_at_move).
+                proc.move_stop_ns, proc.stopped = int(report["at"]), True
             elif report.get("event") == "deposed":
                 proc.deposed = True
             elif report.get("event") == "worker":

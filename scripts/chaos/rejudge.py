@@ -28,7 +28,7 @@ from scripts.chaos.process import Adopted, Proc
 #: The fields of a kept process that are :class:`Proc` fields of the same name.
 _FIELDS = (
     "role", "start_time", "step", "cfg", "spawn_ns", "spawn_wall", "exit_ns", "exit_wall",
-    "returncode", "killed_ns", "kill_began_ns", "self_stop_ns", "ready", "ready_ns",
+    "returncode", "killed_ns", "kill_began_ns", "self_stop_ns", "move_stop_ns", "ready", "ready_ns",
     "deposed", "kept", "stdout_bytes",
 )  # fmt: skip
 
@@ -79,7 +79,7 @@ def _derived_facts(where: Path, procs: list[Proc], final_pid: int | None) -> Fac
         notes=["re-judged from evidence without run.json: left-behind and end-state unknown"],
         noops={},
         harness={},
-        faults=[tuple(f) for f in json.loads((where / "member-faults.json").read_text())],  # type: ignore[misc]
+        faults=[tuple(f) for f in json.loads((where / "member-faults.json").read_text())],
     )
 
 

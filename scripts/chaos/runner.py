@@ -22,7 +22,8 @@ from highlander._host.waiting import BLOCKING, run_blocking
 from highlander._shell.control import query_status
 from scripts.chaos import faults, rendezvous
 from scripts.chaos.log import EventTail
-from scripts.chaos.procs import Lab, Proc
+from scripts.chaos.process import Proc
+from scripts.chaos.procs import Lab
 from scripts.chaos.report import CONVERGENCE_BOUND
 from scripts.chaos.schedule import STARTS, Step, child_config
 from scripts.chaos.starve import Starver
@@ -250,7 +251,10 @@ class Runner:
         env: dict[str, str] | None = None,
     ) -> Proc:
         lab = self.lab
-        running = lambda: sum(not p.stopped for p in lab.live_children())  # noqa: E731
+
+        def running() -> int:
+            return sum(not p.stopped for p in lab.live_children())
+
         if wait and not lab.wait_until(lambda: self.meanwhile() or running() < MAX_LIVE, 10.0):
             self.notes.append(f"step {index}: {MAX_LIVE} processes still running after 10 s")
         return lab.start_child(index, child_config(params, lab.files()), **(env or {}))
@@ -299,11 +303,15 @@ class Runner:
                 self._signal(proc, signal.SIGCONT, counted="SIGCONT (stopped across a wipe)")
 
     def resume_stuck(self) -> None:
-        """SIGCONT every newcomer that stopped itself before its ACK (at the settling
-        and during it: one still in flight may reach its ACK and stop only then)."""
+        """SIGCONT every newcomer that stopped itself before its ACK, and every
+        incumbent before its move (at the settling and during it: one still in
+        flight may reach its ACK, or its move, and stop only then)."""
         for proc in self.lab.live_children():
-            if proc.self_stop_ns is not None and proc.stopped:
-                self._signal(proc, signal.SIGCONT, counted="SIGCONT (stuck newcomer)")
+            stopped_itself = proc.self_stop_ns is not None or proc.move_stop_ns is not None
+            if stopped_itself and proc.stopped:
+                at_ack = proc.self_stop_ns is not None
+                counted = "SIGCONT (stuck " + ("newcomer)" if at_ack else "incumbent at its move)")
+                self._signal(proc, signal.SIGCONT, counted=counted)
 
     def settle(self, schedule: list[Step]) -> tuple[float | None, int]:
         """Undo what was promised, start one newcomer, time until one holder answers."""

@@ -39,7 +39,7 @@ WEIGHTS: dict[str, float] = {
     # A loaded machine: the holder kept off the CPU (SCHED_IDLE beside a busy loop).
     "starve_holder": 2,  # `feed_holder` follows
 }
-STARTS = ("start_normal", "start_slow", "start_hang", "start_late_ack")
+STARTS: tuple[str, ...] = ("start_normal", "start_slow", "start_hang", "start_late_ack")
 STARTS += ("start_stuck", "start_low_nofile", "switch_location", "fork_worker")
 #: Steps the schedule places itself, a few steps after the step that needs them:
 #: an operator undoing what would otherwise block every newcomer.

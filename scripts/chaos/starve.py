@@ -16,8 +16,7 @@ import subprocess
 import sys
 import time
 
-from scripts.chaos.process import INF
-from scripts.chaos.procs import Proc
+from scripts.chaos.process import INF, Proc
 
 
 class Starver:

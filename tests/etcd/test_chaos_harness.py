@@ -11,12 +11,16 @@ And the fault that reproduces seed 27's lost handoff: the leader stopped
 exactly when a newcomer sends its ACK (``etcd_stop_at_commit``); and the one
 that ends a reign in etcd behind its holder's back (``etcd_end_reign``: what
 etcd 3.5.1's stale leader did in seeds 1 and 45), after which the holder
-leaves by itself and the run records a loss for the judge.
+leaves by itself and the run records a loss for the judge.  And etcd made
+full exactly between an incumbent's accepting an ACK and its move
+(``etcd_full_at_move``), the only way a run meets the incumbent's
+``resumed``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from scripts.chaos.etcd_runner import EtcdRunner
-from scripts.chaos.etcd_schedule import _stop_at_commit
+from scripts.chaos.etcd_schedule import _full_at_move, _stop_at_commit
 from scripts.chaos.log import EventTail
 from scripts.chaos.process import Proc
 from scripts.chaos.procs import Lab
@@ -148,5 +152,52 @@ def test_etcd_full_is_raised_and_disarmed_and_the_holder_keeps_through_it(
             after = runner.start(5, {"save": "normal", "steps": 1, "host": "h3"})
             assert lab.wait_until(lambda: after.ready is not None, SETTLE), "it never held"
             assert after.ready is not None and after.ready["outcome"] == "succeeded"
+    finally:
+        cluster.close()
+
+
+def test_etcd_fills_at_an_incumbents_move_and_it_takes_its_reign_back(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # The incumbent stops itself after a timely ACK (it has let go), the harness
+    # raises the alarm and resumes it: etcd refuses the move, and it holds again.
+    cluster = start_cluster(tmp_path_factory.mktemp("full-at-move"), size=1)
+    env = {"HIGHLANDER_PROJECT_ID": f"harness/{tmp_path.name}", "HIGHLANDER_ETCD_TTL": "3"}
+    try:
+        with _runner(tmp_path, cluster, **env) as (lab, runner):
+            params = {**_full_at_move(random.Random(1)), "host": "h1", "full_s": 60.0}
+            said = runner.act(Step(1, "etcd_full_at_move", params))
+            first = runner.at_move[1]
+            assert said == f"started pid {first.pid} (etcd fills at its move as incumbent)"
+            assert lab.wait_until(lambda: first.ready is not None, SETTLE), "it never held"
+            second = runner.start(2, {"save": "normal", "steps": 1, "host": "h2"})
+            assert lab.wait_until(lambda: runner.meanwhile() or 1 in runner.unfill_at, SETTLE)
+            assert first.move_stop_ns is not None and not first.stopped  # resumed at once
+            assert runner.full_since == 1
+            assert runner.harness["etcd full at an incumbent's move"] == 1
+            assert runner.harness["SIGCONT (incumbent at its move)"] == 1
+            # The ACK's sender finds the incumbent silent; its fence is a write too.
+            assert lab.wait_until(lambda: second.exit_ns is not None, SETTLE), "it waited"
+            assert second.returncode == 1 and second.ready is None
+            assert "etcdctl alarm disarm" in second.last_error(), second.last_error()
+            assert first.believes
+            mirror = Path(lab.files()["event_mirror"]).read_text().splitlines()
+            said_by_first = [
+                e["event"] for e in map(json.loads, mirror) if e.get("pid") == first.pid
+            ]
+            relinquished = said_by_first.index("relinquished")
+            assert "resumed" in said_by_first[relinquished:], said_by_first
+            # Its stop is one span, from its own stamp to the SIGCONT.
+            (span,) = first.stops()
+            assert span[0] == first.move_stop_ns and span[1] < 2**62
+            runner.unfill_at[1] = 0.0  # due now, not in a minute
+            runner.meanwhile()
+            assert runner.full_since is None and runner.unfill_at == {}
+            # Once only: the next newcomer takes over with its state.
+            third = runner.start(3, {"save": "normal", "steps": 1, "host": "h3"})
+            assert lab.wait_until(lambda: third.ready is not None, SETTLE), "it never held"
+            assert third.ready is not None and third.ready["outcome"] == "succeeded"
+            assert lab.wait_until(lambda: first.exit_ns is not None, SETTLE)
+            assert first.returncode == 0 and first.deposed
     finally:
         cluster.close()

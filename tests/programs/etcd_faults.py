@@ -8,6 +8,10 @@ the session's own loop thread): nothing of etcd or the kernel is replaced.
   move applied (``moved`` reports when etcd answered, ``at``: its wall clock);
 * ``before_move`` ``{"delay": s}``: as an incumbent, say ``moving`` after a
   timely ACK and move ``s`` later (what etcd becomes meanwhile is the test's);
+  ``{"stop": true}``: say ``before_move`` (``at``: its monotonic clock, in ns)
+  and stop itself with a real SIGSTOP there, so the chaos harness can make
+  etcd full before the move (``etcd_full_at_move``) and resume it; ``"once":
+  true``: only in its first handover;
 * ``slow_begin`` ``{"delay": s}``: as a successor, begin ``s`` after it learned
   that the move applied (its requests to etcd slow; seed 27 of
   ``make chaos-etcd``, docs/reliability.md).
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,8 +33,11 @@ def install(cfg: dict[str, Any], report: Callable[..., None]) -> None:
         return
     if cfg.get("after_move"):
         _slow_after_move(float(cfg["after_move"]["delay"]), report)
-    if cfg.get("before_move"):
-        _slow_before_move(float(cfg["before_move"]["delay"]), report)
+    how = cfg.get("before_move")
+    if how and how.get("stop"):
+        _stop_before_move(bool(how.get("once")), report)
+    elif how:
+        _slow_before_move(float(how["delay"]), report)
     if cfg.get("slow_begin"):
         _slow_begin(float(cfg["slow_begin"]["delay"]), report)
 
@@ -60,6 +68,21 @@ def _slow_before_move(delay: float, report: Callable[..., None]) -> None:
         return then
 
     module.incumbent_moves = late_moves
+
+
+def _stop_before_move(once: bool, report: Callable[..., None]) -> None:
+    module = importlib.import_module("highlander._shell.etcd_serving")
+    moves = module.incumbent_moves
+    used: list[bool] = []
+
+    async def stopped_moves(client: Any, *args: Any, **kwargs: Any) -> Any:
+        if not (once and used):
+            used.append(True)
+            report(event="before_move", at=time.monotonic_ns())
+            os.kill(os.getpid(), signal.SIGSTOP)  # the whole process, its keeper too
+        return await moves(client, *args, **kwargs)
+
+    module.incumbent_moves = stopped_moves
 
 
 def _slow_begin(delay: float, report: Callable[..., None]) -> None:
