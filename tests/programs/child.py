@@ -299,9 +299,6 @@ def stop_after_event() -> None:
     name = cfg.get("stop_after_event")
     if not name:
         return
-    import signal
-    import threading
-
     from highlander._host.event_log import EventLog
 
     real = EventLog._write
@@ -310,9 +307,7 @@ def stop_after_event() -> None:
         written = real(self, event, record)
         if record.get("event") == name and self.path is not None:
             report(event="stopped_after", what=name)
-            # At this thread: kill(getpid()) would wake the main thread to stop the
-            # process, and this one would run on (let go of the lock) meanwhile.
-            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+            etcd_faults.stop_here()  # before this thread lets go of the lock
         return written
 
     EventLog._write = _write  # type: ignore[method-assign]
@@ -327,7 +322,6 @@ def pause_before_ack() -> None:
     if not how:
         return
     import importlib
-    import signal
 
     try:
         module = importlib.import_module("highlander._shell.handover")
@@ -345,7 +339,7 @@ def pause_before_ack() -> None:
             time.sleep(float(how["delay"]))
         if how.get("stop"):
             report(event="before_ack")
-            os.kill(os.getpid(), signal.SIGSTOP)
+            etcd_faults.stop_here()
 
     def slow_adopt(*args: Any, **kwargs: Any) -> Any:
         taken = adopt(*args, **kwargs)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -70,6 +71,17 @@ def _slow_before_move(delay: float, report: Callable[..., None]) -> None:
     module.incumbent_moves = late_moves
 
 
+def stop_here() -> None:
+    """Stop this process with a real SIGSTOP before this thread's next instruction.
+
+    Sent to this thread: kill(getpid()) goes to the main thread, and another
+    thread ran on until that one was scheduled (a chaos incumbent sent its
+    move, which the stop was to hold back; tests/chaos/test_self_stop.py).
+    Also ``child.py``'s ``before_ack`` and ``stop_after_event`` stops.
+    """
+    signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+
+
 def _stop_before_move(once: bool, report: Callable[..., None]) -> None:
     module = importlib.import_module("highlander._shell.etcd_serving")
     moves = module.incumbent_moves
@@ -79,7 +91,7 @@ def _stop_before_move(once: bool, report: Callable[..., None]) -> None:
         if not (once and used):
             used.append(True)
             report(event="before_move", at=time.monotonic_ns())
-            os.kill(os.getpid(), signal.SIGSTOP)  # the whole process, its keeper too
+            stop_here()
         return await moves(client, *args, **kwargs)
 
     module.incumbent_moves = stopped_moves
