@@ -202,24 +202,43 @@ class DataFaults:
     def full_at_move(self) -> None:
         """An ``etcd_full_at_move`` child stopped itself before its move: raise the alarm
         (unless :meth:`fill` may not now), resume it; disarm each alarm when it is due."""
-        now = time.monotonic()
-        for index, due in list(self.unfill_at.items()):
-            if now >= due:
-                del self.unfill_at[index]
-                note = self.unfill(index)
-                self.log.append((index, "etcd_full_at_move", note, time.monotonic_ns()))
-        for index, proc in list(self.at_move.items()):
-            if not proc.alive:
-                del self.at_move[index]
-                continue
-            if proc.move_stop_ns is None or not is_halted(proc.pid):
-                continue  # not at a move yet, or said so but not stopped yet
-            del self.at_move[index]
-            if not proc.stopped:
-                continue  # resumed already (the settling)
+        for index in due_now(self.unfill_at):
+            note = self.unfill(index)
+            self.log.append((index, "etcd_full_at_move", note, time.monotonic_ns()))
+        for index, proc in stopped_now(self.at_move, lambda proc: proc.move_stop_ns):
             note = self.fill(Step(index, "etcd_full_at_move", {}, 0.0, ()))
             if self.full_since == index:
                 self.harness["etcd full at an incumbent's move"] += 1
-                self.unfill_at[index] = now + float((proc.cfg or {}).get("full_s", 2.0))
+                full_s = float((proc.cfg or {}).get("full_s", 2.0))
+                self.unfill_at[index] = time.monotonic() + full_s
             self.log.append((index, "etcd_full_at_move", note, time.monotonic_ns()))
             self._signal(proc, signal.SIGCONT, counted="SIGCONT (incumbent at its move)")
+
+
+def due_now(due: dict[int, float]) -> list[int]:
+    """The step indices whose time (monotonic) in ``due`` has come, taken out of it."""
+    now = time.monotonic()
+    ready = [index for index, when in due.items() if now >= when]
+    for index in ready:
+        del due[index]
+    return ready
+
+
+def stopped_now(
+    waiting: dict[int, Proc], stamp: Callable[[Proc], int | None]
+) -> list[tuple[int, Proc]]:
+    """The children in ``waiting`` that stopped themselves (``stamp`` set) and are halted
+    now, still stopped, taken out of it; the ones that ended are dropped.
+
+    One that said so but is not halted yet stays: a SIGCONT first would leave it
+    stopped for good.  One no longer stopped was resumed already (the settling).
+    """
+    found: list[tuple[int, Proc]] = []
+    for index, proc in list(waiting.items()):
+        if not proc.alive:
+            del waiting[index]
+        elif stamp(proc) is not None and is_halted(proc.pid):
+            del waiting[index]
+            if proc.stopped:
+                found.append((index, proc))
+    return found

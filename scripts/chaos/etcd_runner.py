@@ -23,8 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from highlander._etcd.session import HolderValue, holder_key, project_root
-from highlander._host.identity import is_halted
-from scripts.chaos.etcd_data import DATA_FAULTS, DataFaults
+from scripts.chaos.etcd_data import DATA_FAULTS, DataFaults, due_now, stopped_now
 from scripts.chaos.etcd_schedule import MEMBER_FAULTS, child_params
 from scripts.chaos.log import EventTail
 from scripts.chaos.process import Proc
@@ -179,19 +178,10 @@ class EtcdRunner(DataFaults, Runner):
         leader, then resume it, so the incumbent's move meets a cluster without a leader;
         the leader is resumed ``freeze_s`` later.  And ``etcd_full_at_move``'s moment."""
         self.full_at_move()
-        now = time.monotonic()
-        for index, due in list(self.thaw_at.items()):
-            if now >= due:
-                del self.thaw_at[index]
-                note = self.member_back(index)
-                self.log.append((index, "etcd_stop_at_commit", note, time.monotonic_ns()))
-        for index, proc in list(self.at_commit.items()):
-            if proc.self_stop_ns is None or not is_halted(proc.pid):
-                continue  # not at its ACK yet, or said so but not stopped yet (SIGCONT first
-                # would leave it stopped for good)
-            del self.at_commit[index]
-            if not proc.stopped:
-                continue
+        for index in due_now(self.thaw_at):
+            note = self.member_back(index)
+            self.log.append((index, "etcd_stop_at_commit", note, time.monotonic_ns()))
+        for index, proc in stopped_now(self.at_commit, lambda proc: proc.self_stop_ns):
             fault = Step(index, "etcd_stop_leader", {"pick": 0.0}, 0.0, ())
             note = self.member_fault(fault)
             if index in self.member_faults:
