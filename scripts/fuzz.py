@@ -20,7 +20,7 @@ import contextlib
 import hashlib
 import sys
 
-import atheris
+import atheris  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
 with atheris.instrument_imports():
     from highlander._core.codec import HEADER, NEED_DATA, decode_payload

@@ -113,8 +113,9 @@ async def measure(cluster: Cluster, rounds: int) -> list[str]:
 
         rows.append(_row("claim (put-if-absent txn)", await _timed(rounds, claim_one)))
         key = prefix + b"moved"
-        current = await claim(client, key, b"v", leases[0])
-        assert isinstance(current, Held)
+        claimed = await claim(client, key, b"v", leases[0])
+        assert isinstance(claimed, Held)
+        current = claimed
 
         async def check() -> None:
             assert await still_held(client, key, current)

@@ -182,10 +182,10 @@ def main() -> int:
     if failovers:  # --failovers 0: the succession alone
         ms = sorted(failovers)
         p90 = ms[min(len(ms) - 1, int(len(ms) * 0.9))]
-        target = (DEFAULT_TTL + 0.5) * 1000
+        bound = (DEFAULT_TTL + 0.5) * 1000
         print(
             f"| failover: SIGKILL -> a fresh newcomer holds (TTL {DEFAULT_TTL} s) "
-            f"| {statistics.median(ms):.0f} | {p90:.0f} | {len(ms)} | {target:.0f} |"
+            f"| {statistics.median(ms):.0f} | {p90:.0f} | {len(ms)} | {bound:.0f} |"
         )
     return 0
 

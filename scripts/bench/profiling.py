@@ -29,7 +29,7 @@ def _shorten(text: str) -> str:
 
 def _pstats(stats: pstats.Stats, sort: str, top: int) -> str:
     buffer = io.StringIO()
-    stats.stream = buffer  # print_stats writes to the stats' stream
+    stats.stream = buffer  # type: ignore[attr-defined]  # print_stats writes to it
     stats.sort_stats(sort).print_stats(top)
     lines = buffer.getvalue().splitlines()
     start = next((i for i, line in enumerate(lines) if "ncalls" in line), 0)
