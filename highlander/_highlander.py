@@ -20,6 +20,7 @@ from collections.abc import Callable
 from types import TracebackType
 
 from highlander._core.errors import HighlanderError
+from highlander._ending import ReignApi
 from highlander._host.claim import Reign
 from highlander._host.event_log import Event, Outcome
 from highlander._host.log import flush
@@ -27,7 +28,6 @@ from highlander._host.modes import Mode, ThrashPolicy
 from highlander._host.record import HolderRecord
 from highlander._host.settings import Options, Settings, checked_timeout
 from highlander._host.threads import hold, start_daemon
-from highlander._reign_api import ReignApi
 from highlander._sharing_api import SharingApi
 from highlander._shell import one_claim
 from highlander._shell.claiming import claim

@@ -25,7 +25,7 @@ from tests.support.proctools import TOKEN, Children
 
 PACKAGE = REPO / "highlander"
 #: Modules above the seam, and the local machinery they must reach only through it.
-ABOVE = ["_highlander.py", "_reign_api.py", "_shell/newcomer.py", "_shell/incumbent.py"]
+ABOVE = ["_highlander.py", "_ending.py", "_shell/newcomer.py", "_shell/incumbent.py"]
 LOCAL_ONLY = {"claim_free", "connect", "terminate", "keep_watch", "in_the_way", "read_record"}
 
 
